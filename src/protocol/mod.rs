@@ -1,0 +1,3 @@
+//! Wire-level pieces that are not Kafka message structs: request framing and the
+//! record-batch header view. Message types come from the `kafka-protocol` crate.
+pub mod record_batch;

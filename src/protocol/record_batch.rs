@@ -1,0 +1,1 @@
+//! Record batch (magic v2) header view.
