@@ -5,11 +5,19 @@
 //! ```text
 //!  main / cli      sluice serve | format | version; config loading
 //!  network         listeners, connection tasks, request framing
-//!  api             one handler per Kafka API key
-//!  replication     partition state: log + high watermark + leader epoch + waiters
-//!  metadata        topics, partitions, topic ids, configs (single node for now)
+//!  api             one handler per Kafka API key: decode -> call the broker -> encode
+//!  broker          topics, partitions, producer ids, background retention
+//!  replication     partition state: log + high watermark + leader epoch + producer state
+//!  metadata        cluster id, topic ids and config overrides on disk (single node for now)
 //!  log             partition log: segments, indexes, recovery, retention, I/O backends
 //!  protocol        framing + record-batch header view (kafka-protocol for messages)
+//!  config          server.properties keys, defaults and validation
 //! ```
+pub mod api;
+pub mod broker;
+pub mod config;
 pub mod log;
+pub mod metadata;
+pub mod network;
 pub mod protocol;
+pub mod replication;

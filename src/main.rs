@@ -1,1 +1,129 @@
-fn main() {}
+//! The `sluice` binary: `serve`, `format`, `version`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use sluice::broker::{self, Broker};
+use sluice::config::{self, BrokerConfig, ConfigError};
+use sluice::network::Server;
+
+#[derive(Parser)]
+#[command(name = "sluice", about = "A drop-in replacement for an Apache Kafka 4.x broker", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Args, Default)]
+struct ConfigArgs {
+    /// A Kafka-style server.properties file.
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Override one property: --override key=value (repeatable; later wins).
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker (the default when no command is given).
+    Serve(ConfigArgs),
+    /// Prepare empty log directories (meta.properties) and exit; `serve` does this itself.
+    Format(ConfigArgs),
+    /// Print the version.
+    Version,
+}
+
+fn load_config(args: &ConfigArgs) -> Result<BrokerConfig, ConfigError> {
+    let mut pairs = Vec::new();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        pairs.extend(config::parse_properties(&text));
+    }
+    for o in &args.overrides {
+        let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::MalformedOverride(o.clone()))?;
+        pairs.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let loaded = BrokerConfig::from_pairs(pairs)?;
+    for key in &loaded.unknown_keys {
+        tracing::warn!(key = %key, "unknown configuration key ignored");
+    }
+    Ok(loaded.config)
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("SLUICE_LOG_FORMAT").map(|v| v == "json").unwrap_or(false);
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command.unwrap_or(Command::Serve(ConfigArgs::default())) {
+        Command::Version => {
+            println!("sluice {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Command::Format(args) => {
+            let config = load_config(&args)?;
+            let id = sluice::metadata::load_or_format(&config.log_dirs, config.node_id)?;
+            println!("cluster.id={id}");
+            Ok(())
+        }
+        Command::Serve(args) => {
+            let config = load_config(&args)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("sluice").build()?;
+            runtime.block_on(serve(config))
+        }
+    }
+}
+
+async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let broker = Arc::new(tokio::task::block_in_place(|| Broker::open(config)).context("starting the broker")?);
+    let server = Server::bind(broker.clone()).await?;
+    tracing::info!(
+        cluster_id = %broker.cluster_id,
+        node_id = broker.node_id,
+        startup_ms = started.elapsed().as_millis() as u64,
+        "sluice serving"
+    );
+    let retention = tokio::spawn(broker::retention::run(broker.clone()));
+    server.run(shutdown_signal()).await;
+    retention.abort();
+    tracing::info!("shutting down: flushing logs");
+    let b = broker.clone();
+    tokio::task::spawn_blocking(move || b.flush_all()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

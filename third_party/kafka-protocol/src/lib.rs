@@ -101,6 +101,8 @@
 //! }
 //! ```
 #![deny(missing_docs)]
+// sluice patch: built as a path dependency, so silence lints meant for upstream.
+#![allow(dead_code, unused_imports, unused_variables)]
 // Display required features for items when rendering for docs.rs
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -1,0 +1,156 @@
+//! Read-only cluster descriptions: DescribeCluster, DescribeTopicPartitions, DescribeLogDirs,
+//! and SaslHandshake (no SASL mechanism is enabled on any listener yet).
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_log_dirs_response::*;
+use kafka_protocol::messages::describe_topic_partitions_response::*;
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+
+use super::metadata::AUTHORIZED_OPERATIONS_OMITTED;
+use super::{str_bytes, topic_name, RequestContext};
+
+pub async fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest) -> DescribeClusterResponse {
+    let broker = &ctx.broker;
+    // endpoint_type 1 = brokers; 2 = controllers (sluice's node is both).
+    if req.endpoint_type != 1 && req.endpoint_type != 2 && ctx.api_version >= 1 {
+        return DescribeClusterResponse::default()
+            .with_error_code(ResponseError::UnsupportedEndpointType.code())
+            .with_endpoint_type(req.endpoint_type);
+    }
+    let brokers = broker
+        .advertised()
+        .into_iter()
+        .take(1)
+        .map(|e| DescribeClusterBroker::default().with_broker_id(BrokerId(broker.node_id)).with_host(str_bytes(&e.host)).with_port(e.port as i32))
+        .collect();
+    DescribeClusterResponse::default()
+        .with_endpoint_type(if ctx.api_version >= 1 { req.endpoint_type } else { 1 })
+        .with_cluster_id(str_bytes(&broker.cluster_id))
+        .with_controller_id(BrokerId(broker.node_id))
+        .with_brokers(brokers)
+        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+}
+
+pub async fn describe_topic_partitions(ctx: &RequestContext, req: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse {
+    let broker = &ctx.broker;
+    let limit = req.response_partition_limit.clamp(1, 2000) as usize;
+    let mut names: Vec<String> = if req.topics.is_empty() {
+        broker.all_topics().iter().map(|t| t.name.to_string()).collect()
+    } else {
+        req.topics.iter().map(|t| t.name.0.to_string()).collect()
+    };
+    names.sort();
+    names.dedup();
+    let (start_topic, start_partition) = match &req.cursor {
+        Some(c) => (Some(c.topic_name.0.to_string()), c.partition_index.max(0) as usize),
+        None => (None, 0),
+    };
+    let node = BrokerId(broker.node_id);
+    let mut topics = Vec::new();
+    let mut budget = limit;
+    let mut next_cursor = None;
+    for name in names {
+        if let Some(start) = &start_topic {
+            if &name < start {
+                continue;
+            }
+        }
+        let Some(topic) = broker.topic(&name) else {
+            topics.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_name(Some(topic_name(&name)))
+                    .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                    .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED),
+            );
+            continue;
+        };
+        if budget == 0 {
+            next_cursor = Some(Cursor::default().with_topic_name(topic_name(&name)).with_partition_index(0));
+            break;
+        }
+        let first = if start_topic.as_deref() == Some(name.as_str()) { start_partition } else { 0 };
+        let mut partitions = Vec::new();
+        for p in topic.partitions.iter().skip(first) {
+            if budget == 0 {
+                next_cursor = Some(Cursor::default().with_topic_name(topic_name(&name)).with_partition_index(p.index));
+                break;
+            }
+            budget -= 1;
+            partitions.push(
+                DescribeTopicPartitionsResponsePartition::default()
+                    .with_partition_index(p.index)
+                    .with_leader_id(node)
+                    .with_leader_epoch(p.leader_epoch)
+                    .with_replica_nodes(vec![node])
+                    .with_isr_nodes(vec![node])
+                    .with_eligible_leader_replicas(Some(vec![]))
+                    .with_last_known_elr(Some(vec![])),
+            );
+        }
+        topics.push(
+            DescribeTopicPartitionsResponseTopic::default()
+                .with_name(Some(topic_name(&name)))
+                .with_topic_id(topic.id)
+                .with_is_internal(topic.internal)
+                .with_partitions(partitions)
+                .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED),
+        );
+        if next_cursor.is_some() {
+            break;
+        }
+    }
+    DescribeTopicPartitionsResponse::default().with_topics(topics).with_next_cursor(next_cursor)
+}
+
+fn disk_space(path: &std::path::Path) -> (i64, i64) {
+    match rustix::fs::statvfs(path) {
+        Ok(st) => ((st.f_blocks * st.f_frsize) as i64, (st.f_bavail * st.f_frsize) as i64),
+        Err(_) => (-1, -1),
+    }
+}
+
+pub async fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+    let broker = &ctx.broker;
+    let filter: Option<Vec<(String, Vec<i32>)>> =
+        req.topics.map(|ts| ts.into_iter().map(|t| (t.topic.0.to_string(), t.partitions)).collect());
+    let mut results = Vec::new();
+    for dir in &broker.config.log_dirs {
+        let abs = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+        let mut topics = Vec::new();
+        for topic in broker.all_topics() {
+            let wanted: Option<&Vec<i32>> = match &filter {
+                None => None,
+                Some(f) => match f.iter().find(|(n, _)| n.as_str() == topic.name.as_ref()) {
+                    Some((_, ps)) => Some(ps),
+                    None => continue,
+                },
+            };
+            let partitions: Vec<_> = topic
+                .partitions
+                .iter()
+                .filter(|p| wanted.map(|w| w.contains(&p.index)).unwrap_or(true))
+                .filter(|p| p.log_dir().starts_with(dir) || p.log_dir().starts_with(&abs))
+                .map(|p| DescribeLogDirsPartition::default().with_partition_index(p.index).with_partition_size(p.size_bytes() as i64))
+                .collect();
+            if !partitions.is_empty() {
+                topics.push(DescribeLogDirsTopic::default().with_name(topic_name(&topic.name)).with_partitions(partitions));
+            }
+        }
+        let (total, usable) = disk_space(&abs);
+        results.push(
+            DescribeLogDirsResult::default()
+                .with_log_dir(str_bytes(&abs.to_string_lossy()))
+                .with_topics(topics)
+                .with_total_bytes(total)
+                .with_usable_bytes(usable),
+        );
+    }
+    DescribeLogDirsResponse::default().with_results(results)
+}
+
+/// No listener has SASL enabled: Kafka answers a handshake on such a listener with
+/// ILLEGAL_SASL_STATE and an empty mechanism list, which is what we do.
+pub async fn sasl_handshake(_ctx: &RequestContext, _req: SaslHandshakeRequest) -> SaslHandshakeResponse {
+    SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code()).with_mechanisms(vec![])
+}

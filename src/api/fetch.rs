@@ -1,0 +1,280 @@
+//! Fetch: whole record batches from each partition's log up to the high watermark, with long
+//! polling and incremental fetch sessions.
+//!
+//! Long poll: if the first pass gathers fewer than `min_bytes`, the request waits on the
+//! partitions' append notifications (registered before the re-read, so none is missed) until
+//! enough data arrived or `max_wait_ms` passed. No timer loop polls the logs.
+//!
+//! Limits: the response holds at most `max_bytes` (request) and each partition at most its
+//! `partition_max_bytes`, except that the first batch of the first partition with data is always
+//! returned whole (KIP-74) so a batch larger than the limits cannot stall a consumer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::*;
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::fetch_session::{PartitionKey, SessionPartition, SessionPlan};
+use super::{topic_name, RequestContext};
+use crate::broker::error_chain;
+use crate::log::LogError;
+use crate::replication::Partition;
+
+/// Longest wait honoured, whatever the client asks (Kafka bounds it by the request timeout).
+const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
+
+/// One partition to answer.
+struct Wanted {
+    key: PartitionKey,
+    topic_id: Uuid,
+    fetch_offset: i64,
+    max_bytes: i32,
+    current_leader_epoch: i32,
+    partition: Result<Arc<Partition>, ResponseError>,
+    /// For incremental sessions: what was last sent (to skip partitions without news).
+    last_sent: Option<(i64, i64)>,
+}
+
+struct Outcome {
+    error: ResponseError,
+    records: Option<Bytes>,
+    high_watermark: i64,
+    log_start_offset: i64,
+}
+
+impl Outcome {
+    fn error(e: ResponseError) -> Outcome {
+        Outcome { error: e, records: None, high_watermark: -1, log_start_offset: -1 }
+    }
+}
+
+fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
+    let p = match &w.partition {
+        Ok(p) => p,
+        Err(e) => return Outcome::error(*e),
+    };
+    if w.current_leader_epoch >= 0 && w.current_leader_epoch > p.leader_epoch {
+        return Outcome::error(ResponseError::UnknownLeaderEpoch);
+    }
+    if w.current_leader_epoch >= 0 && w.current_leader_epoch < p.leader_epoch {
+        return Outcome::error(ResponseError::FencedLeaderEpoch);
+    }
+    let hw = p.high_watermark();
+    let max = budget.min(w.max_bytes.max(0) as usize);
+    let result = if w.fetch_offset == hw && w.fetch_offset >= p.log_start_offset() {
+        Ok(None)
+    } else {
+        p.read(w.fetch_offset, max, first).map(|r| Some(r.records))
+    };
+    match result {
+        Ok(records) => Outcome {
+            error: ResponseError::Unknown(0),
+            records: records.filter(|r| !r.is_empty()),
+            high_watermark: hw,
+            log_start_offset: p.log_start_offset(),
+        },
+        Err(LogError::OffsetOutOfRange { .. }) => Outcome {
+            error: ResponseError::OffsetOutOfRange,
+            records: None,
+            high_watermark: hw,
+            log_start_offset: p.log_start_offset(),
+        },
+        Err(e) => {
+            tracing::error!(partition = ?p, offset = w.fetch_offset, error = %error_chain(&e), "fetch read failed");
+            Outcome::error(ResponseError::KafkaStorageError)
+        }
+    }
+}
+
+/// One pass over every wanted partition; returns outcomes and total bytes.
+fn read_all(wanted: &[Wanted], max_bytes: usize) -> (Vec<Outcome>, usize) {
+    let mut total = 0usize;
+    let mut outcomes = Vec::with_capacity(wanted.len());
+    let mut have_data = false;
+    for w in wanted {
+        let budget = max_bytes.saturating_sub(total);
+        let o = if budget == 0 && have_data {
+            // Out of budget: report offsets without data.
+            match &w.partition {
+                Ok(p) => Outcome {
+                    error: ResponseError::Unknown(0),
+                    records: None,
+                    high_watermark: p.high_watermark(),
+                    log_start_offset: p.log_start_offset(),
+                },
+                Err(e) => Outcome::error(*e),
+            }
+        } else {
+            read_one(w, budget, !have_data)
+        };
+        if let Some(r) = &o.records {
+            total += r.len();
+            have_data = true;
+        }
+        outcomes.push(o);
+    }
+    (outcomes, total)
+}
+
+fn code(e: ResponseError) -> i16 {
+    match e {
+        ResponseError::Unknown(0) => 0,
+        other => other.code(),
+    }
+}
+
+pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
+    let broker = &ctx.broker;
+    let uses_ids = ctx.api_version >= 13;
+
+    // Resolve requested partitions.
+    let mut requested: Vec<(PartitionKey, SessionPartition)> = Vec::new();
+    let mut unresolved: Vec<(Uuid, String, i32, ResponseError)> = Vec::new();
+    for t in &req.topics {
+        let topic = if uses_ids { broker.topic_by_id(t.topic_id) } else { broker.topic(&t.topic) };
+        let name = match (&topic, uses_ids) {
+            (Some(topic), _) => topic.name.to_string(),
+            (None, true) => {
+                for p in &t.partitions {
+                    unresolved.push((t.topic_id, String::new(), p.partition, ResponseError::UnknownTopicId));
+                }
+                continue;
+            }
+            (None, false) => t.topic.0.to_string(),
+        };
+        for p in &t.partitions {
+            requested.push((
+                (name.clone(), p.partition),
+                SessionPartition {
+                    fetch_offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes,
+                    current_leader_epoch: p.current_leader_epoch,
+                    last_high_watermark: -1,
+                    last_log_start_offset: -1,
+                },
+            ));
+        }
+    }
+    let forgotten: Vec<PartitionKey> = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|f| {
+            let name = if uses_ids {
+                broker.topic_by_id(f.topic_id).map(|t| t.name.to_string()).unwrap_or_default()
+            } else {
+                f.topic.0.to_string()
+            };
+            f.partitions.iter().map(move |p| (name.clone(), *p))
+        })
+        .collect();
+
+    let plan = if ctx.api_version >= 7 {
+        ctx.fetch_sessions.plan(req.session_id, req.session_epoch, &requested, &forgotten, Instant::now())
+    } else {
+        SessionPlan::Full { session_id: 0 }
+    };
+    let (session_id, incremental, targets) = match plan {
+        SessionPlan::Error(e) => return FetchResponse::default().with_error_code(e.code()),
+        SessionPlan::Full { session_id } => (session_id, false, requested),
+        SessionPlan::Incremental { session_id, partitions } => (session_id, true, partitions),
+    };
+
+    let wanted: Vec<Wanted> = targets
+        .into_iter()
+        .map(|(key, sp)| {
+            let topic = broker.topic(&key.0);
+            let partition = match &topic {
+                Some(t) => t.partition(key.1).cloned().ok_or(ResponseError::UnknownTopicOrPartition),
+                None if uses_ids => Err(ResponseError::UnknownTopicId),
+                None => Err(ResponseError::UnknownTopicOrPartition),
+            };
+            Wanted {
+                topic_id: topic.map(|t| t.id).unwrap_or_default(),
+                key,
+                fetch_offset: sp.fetch_offset,
+                max_bytes: sp.max_bytes,
+                current_leader_epoch: sp.current_leader_epoch,
+                partition,
+                last_sent: incremental.then_some((sp.last_high_watermark, sp.last_log_start_offset)),
+            }
+        })
+        .collect();
+
+    let max_bytes = if ctx.api_version >= 3 { req.max_bytes.max(0) as usize } else { i32::MAX as usize };
+    let min_bytes = req.min_bytes.max(0) as usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
+
+    let (mut outcomes, mut total) = read_all(&wanted, max_bytes);
+    let any_error = outcomes.iter().any(|o| code(o.error) != 0);
+    while total < min_bytes && !any_error && !wanted.is_empty() && tokio::time::Instant::now() < deadline {
+        let parts: Vec<&Arc<Partition>> = wanted.iter().filter_map(|w| w.partition.as_ref().ok()).collect();
+        let mut waits: Vec<_> = parts.iter().map(|p| Box::pin(p.appended.notified())).collect();
+        for w in waits.iter_mut() {
+            w.as_mut().enable();
+        }
+        // Re-read after registering so an append that raced the first pass is not missed.
+        (outcomes, total) = read_all(&wanted, max_bytes);
+        if total >= min_bytes {
+            break;
+        }
+        if waits.is_empty() || tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await.is_err() {
+            break;
+        }
+        (outcomes, total) = read_all(&wanted, max_bytes);
+    }
+
+    // Build the response, grouping consecutive partitions of a topic.
+    let mut responses: Vec<FetchableTopicResponse> = Vec::new();
+    for (w, o) in wanted.iter().zip(outcomes) {
+        if let Some((last_hw, last_start)) = w.last_sent {
+            let news = o.records.is_some()
+                || code(o.error) != 0
+                || o.high_watermark != last_hw
+                || o.log_start_offset != last_start;
+            if !news {
+                continue;
+            }
+        }
+        ctx.fetch_sessions.record_sent(session_id, &w.key, o.high_watermark, o.log_start_offset);
+        let data = PartitionData::default()
+            .with_partition_index(w.key.1)
+            .with_error_code(code(o.error))
+            .with_high_watermark(o.high_watermark)
+            .with_last_stable_offset(o.high_watermark)
+            .with_log_start_offset(o.log_start_offset)
+            .with_preferred_read_replica(BrokerId(-1))
+            .with_records(Some(o.records.unwrap_or_default()));
+        let same_topic = responses.last().map(|r| r.topic.0.as_str() == w.key.0 && (!uses_ids || r.topic_id == w.topic_id));
+        if same_topic == Some(true) {
+            if let Some(last) = responses.last_mut() {
+                last.partitions.push(data);
+            }
+        } else {
+            responses.push(
+                FetchableTopicResponse::default()
+                    .with_topic(topic_name(&w.key.0))
+                    .with_topic_id(w.topic_id)
+                    .with_partitions(vec![data]),
+            );
+        }
+    }
+    for (id, name, p, e) in unresolved {
+        responses.push(
+            FetchableTopicResponse::default().with_topic(topic_name(&name)).with_topic_id(id).with_partitions(vec![
+                PartitionData::default()
+                    .with_partition_index(p)
+                    .with_error_code(e.code())
+                    .with_high_watermark(-1)
+                    .with_last_stable_offset(-1)
+                    .with_log_start_offset(-1)
+                    .with_preferred_read_replica(BrokerId(-1))
+                    .with_records(Some(Bytes::new())),
+            ]),
+        );
+    }
+    FetchResponse::default().with_session_id(session_id).with_responses(responses)
+}

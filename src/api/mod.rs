@@ -1,0 +1,133 @@
+//! One handler per Kafka API key: decode the typed request (kafka-protocol), call the broker,
+//! encode the typed response.
+//!
+//! # Invariants
+//! - Only the (api key, version) pairs in [`versions::SUPPORTED`] reach a handler; the network
+//!   layer answers or closes for everything else (see [`Dispatch`]).
+//! - Domain failures become per-partition / per-topic Kafka error codes inside a normal response;
+//!   a handler never fails the connection for them.
+//! - A request body that does not decode closes the connection, as Kafka does
+//!   (`InvalidRequestException`), and is logged with the api key, version and client.
+
+pub mod api_versions;
+pub mod configs;
+pub mod describe;
+pub mod fetch;
+pub mod fetch_session;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod producer_id;
+pub mod topics;
+pub mod versions;
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+use crate::broker::Broker;
+
+/// Per-connection facts a handler may need.
+pub struct RequestContext {
+    pub broker: Arc<Broker>,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+    pub fetch_sessions: Arc<fetch_session::FetchSessionCache>,
+}
+
+/// What the connection should do after a request.
+#[derive(Debug)]
+pub enum Dispatch {
+    /// Write this already-framed response.
+    Respond(BytesMut),
+    /// Nothing to send (acks=0 produce).
+    Silent,
+    /// Close the connection (bad request, or a failed acks=0 produce), with the reason logged.
+    Close(String),
+}
+
+/// Encodes `size | response header | body` for `version`.
+pub fn frame_response<R: Encodable + HeaderVersion>(correlation_id: i32, version: i16, body: &R) -> Result<BytesMut, String> {
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    header.encode(&mut buf, R::header_version(version)).map_err(|e| e.to_string())?;
+    body.encode(&mut buf, version).map_err(|e| e.to_string())?;
+    let size = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf)
+}
+
+/// Makes a kafka-protocol string.
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// Makes a topic name.
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(str_bytes(s))
+}
+
+fn respond<R: Encodable + HeaderVersion>(ctx: &RequestContext, resp: &R) -> Dispatch {
+    match frame_response(ctx.correlation_id, ctx.api_version, resp) {
+        Ok(b) => Dispatch::Respond(b),
+        Err(e) => Dispatch::Close(format!("encoding response failed: {e}")),
+    }
+}
+
+macro_rules! handle_with {
+    ($ctx:expr, $body:expr, $req:ty, $handler:expr) => {{
+        match <$req>::decode(&mut $body, $ctx.api_version) {
+            Ok(req) => {
+                let resp = $handler(&$ctx, req).await;
+                respond(&$ctx, &resp)
+            }
+            Err(e) => Dispatch::Close(format!("malformed {} request: {e}", stringify!($req))),
+        }
+    }};
+}
+
+/// Runs one request whose header has been read; `body` is positioned at the request message.
+pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> Dispatch {
+    match api_key {
+        ApiKey::ApiVersions => handle_with!(ctx, body, ApiVersionsRequest, api_versions::handle),
+        ApiKey::Metadata => handle_with!(ctx, body, MetadataRequest, metadata::handle),
+        ApiKey::Produce => match ProduceRequest::decode(&mut body, ctx.api_version) {
+            Ok(req) => {
+                let acks = req.acks;
+                let resp = produce::handle(&ctx, req).await;
+                if acks == 0 {
+                    match produce::first_error(&resp) {
+                        Some(code) => Dispatch::Close(format!("acks=0 produce failed with error code {code}")),
+                        None => Dispatch::Silent,
+                    }
+                } else {
+                    respond(&ctx, &resp)
+                }
+            }
+            Err(e) => Dispatch::Close(format!("malformed ProduceRequest: {e}")),
+        },
+        ApiKey::Fetch => handle_with!(ctx, body, FetchRequest, fetch::handle),
+        ApiKey::ListOffsets => handle_with!(ctx, body, ListOffsetsRequest, list_offsets::handle),
+        ApiKey::InitProducerId => handle_with!(ctx, body, InitProducerIdRequest, producer_id::handle),
+        ApiKey::CreateTopics => handle_with!(ctx, body, CreateTopicsRequest, topics::create_topics),
+        ApiKey::DeleteTopics => handle_with!(ctx, body, DeleteTopicsRequest, topics::delete_topics),
+        ApiKey::CreatePartitions => handle_with!(ctx, body, CreatePartitionsRequest, topics::create_partitions),
+        ApiKey::DeleteRecords => handle_with!(ctx, body, DeleteRecordsRequest, topics::delete_records),
+        ApiKey::DescribeConfigs => handle_with!(ctx, body, DescribeConfigsRequest, configs::describe_configs),
+        ApiKey::AlterConfigs => handle_with!(ctx, body, AlterConfigsRequest, configs::alter_configs),
+        ApiKey::IncrementalAlterConfigs => {
+            handle_with!(ctx, body, IncrementalAlterConfigsRequest, configs::incremental_alter_configs)
+        }
+        ApiKey::DescribeCluster => handle_with!(ctx, body, DescribeClusterRequest, describe::describe_cluster),
+        ApiKey::DescribeTopicPartitions => {
+            handle_with!(ctx, body, DescribeTopicPartitionsRequest, describe::describe_topic_partitions)
+        }
+        ApiKey::DescribeLogDirs => handle_with!(ctx, body, DescribeLogDirsRequest, describe::describe_log_dirs),
+        ApiKey::SaslHandshake => handle_with!(ctx, body, SaslHandshakeRequest, describe::sasl_handshake),
+        other => Dispatch::Close(format!("api {other:?} is not implemented")),
+    }
+}

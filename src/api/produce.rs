@@ -1,0 +1,104 @@
+//! Produce: validate each partition's record batches, check idempotent-producer sequences,
+//! assign offsets and append. Errors are per partition; one bad partition does not fail others.
+//!
+//! acks=0 gets no response (the dispatcher closes the connection if any partition failed, as
+//! Kafka does); acks=1 and acks=-1 answer after the append. On one node the ISR is this broker,
+//! so acks=all is satisfied as soon as the leader has appended.
+
+use bytes::BytesMut;
+use kafka_protocol::messages::produce_response::*;
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, RequestContext};
+use crate::broker::error_chain;
+use crate::log::LogError;
+use crate::protocol::record_batch::ProduceValidationError;
+use crate::replication::AppendError;
+
+/// Maps an append failure to Kafka's error code and message.
+fn append_error(e: &AppendError) -> (ResponseError, String) {
+    let code = match e {
+        AppendError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        AppendError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
+        AppendError::UnknownProducerId => ResponseError::UnknownProducerId,
+        AppendError::Corrupt(_) => ResponseError::CorruptMessage,
+        AppendError::Log(LogError::Validation(v)) => match v {
+            ProduceValidationError::CorruptMessage(_) => ResponseError::CorruptMessage,
+            ProduceValidationError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            ProduceValidationError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            ProduceValidationError::UnsupportedCompression(_) => ResponseError::UnsupportedCompressionType,
+        },
+        AppendError::Log(LogError::Poisoned { .. }) => ResponseError::KafkaStorageError,
+        AppendError::Log(_) => ResponseError::KafkaStorageError,
+    };
+    (code, error_chain(e))
+}
+
+pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceResponse {
+    let broker = &ctx.broker;
+    let acks_valid = matches!(req.acks, -1..=1);
+    let transactional = req.transactional_id.is_some();
+    let now = broker.now_ms();
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    for topic_data in req.topic_data {
+        let name = topic_data.name.0.to_string();
+        let topic = broker.topic(&name);
+        let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
+        for pd in topic_data.partition_data {
+            let mut resp = PartitionProduceResponse::default()
+                .with_index(pd.index)
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1);
+            let partition = topic.as_ref().and_then(|t| t.partition(pd.index).cloned());
+            let result = if !acks_valid {
+                Err((ResponseError::InvalidRequiredAcks, String::new()))
+            } else if transactional {
+                Err((ResponseError::InvalidTxnState, "transactions are not supported yet".to_string()))
+            } else if let Some(p) = partition {
+                match pd.records {
+                    None => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
+                    Some(r) if r.is_empty() => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
+                    Some(records) => {
+                        let mut buf = BytesMut::from(&records[..]);
+                        p.append(&mut buf, now).map_err(|e| append_error(&e))
+                    }
+                }
+            } else {
+                Err((ResponseError::UnknownTopicOrPartition, String::new()))
+            };
+            match result {
+                Ok(a) => {
+                    resp = resp
+                        .with_base_offset(a.base_offset)
+                        .with_log_append_time_ms(a.log_append_time)
+                        .with_log_start_offset(a.log_start_offset);
+                }
+                Err((code, message)) => {
+                    if code == ResponseError::KafkaStorageError {
+                        tracing::error!(topic = %name, partition = pd.index, error = %message, "append failed");
+                    } else {
+                        tracing::debug!(topic = %name, partition = pd.index, ?code, error = %message, "produce refused");
+                    }
+                    resp = resp.with_error_code(code.code());
+                    if !message.is_empty() {
+                        resp = resp.with_error_message(Some(str_bytes(&message)));
+                    }
+                }
+            }
+            partition_responses.push(resp);
+        }
+        responses.push(TopicProduceResponse::default().with_name(topic_data.name).with_partition_responses(partition_responses));
+    }
+    ProduceResponse::default().with_responses(responses)
+}
+
+/// The first non-zero error code in a response (acks=0 closes the connection on errors).
+pub fn first_error(resp: &ProduceResponse) -> Option<i16> {
+    resp.responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter())
+        .map(|p| p.error_code)
+        .find(|c| *c != 0)
+}

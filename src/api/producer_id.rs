@@ -1,0 +1,23 @@
+//! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call.
+//! Transactional ids need the transaction coordinator, which sluice does not have yet; such
+//! requests get COORDINATOR_NOT_AVAILABLE so clients report it instead of misbehaving.
+
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use kafka_protocol::ResponseError;
+
+use super::RequestContext;
+use crate::broker::error_chain;
+
+pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {
+    let resp = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
+    if req.transactional_id.is_some() {
+        return resp.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    }
+    match ctx.broker.allocate_producer_id() {
+        Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+        Err(e) => {
+            tracing::error!(error = %error_chain(&e), "allocating a producer id failed");
+            resp.with_error_code(ResponseError::UnknownServerError.code())
+        }
+    }
+}

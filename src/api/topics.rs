@@ -1,0 +1,210 @@
+//! Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, topic_name, RequestContext};
+use crate::broker::{error_chain, TopicError};
+
+/// Kafka's error code for a topic operation failure.
+pub fn topic_error_code(e: &TopicError) -> ResponseError {
+    match e {
+        TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
+        TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
+        TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+        TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+        TopicError::UnknownTopic => ResponseError::UnknownTopicOrPartition,
+        TopicError::DeletionDisabled => ResponseError::TopicDeletionDisabled,
+        TopicError::Storage(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+/// Kafka's config source codes used in CreateTopics/DescribeConfigs responses.
+pub const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+pub const SOURCE_STATIC_BROKER: i8 = 4;
+pub const SOURCE_DEFAULT: i8 = 5;
+
+pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse {
+    let broker = &ctx.broker;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for t in &req.topics {
+        *seen.entry(t.name.0.to_string()).or_default() += 1;
+    }
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut result = CreatableTopicResult::default()
+            .with_name(t.name.clone())
+            .with_num_partitions(-1)
+            .with_replication_factor(-1);
+        if seen.get(&name).copied().unwrap_or(0) > 1 {
+            result.error_code = ResponseError::InvalidRequest.code();
+            result.error_message = Some(str_bytes(&format!("Create topics request from client contains a duplicate topic: {name}")));
+            results.push(result);
+            continue;
+        }
+        let mut configs = BTreeMap::new();
+        for c in &t.configs {
+            if let Some(v) = &c.value {
+                configs.insert(c.name.to_string(), v.to_string());
+            }
+        }
+        let (mut partitions, mut rf) = (t.num_partitions, t.replication_factor);
+        if !t.assignments.is_empty() {
+            if partitions != -1 || rf != -1 {
+                result.error_code = ResponseError::InvalidRequest.code();
+                result.error_message = Some(str_bytes(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+                ));
+                results.push(result);
+                continue;
+            }
+            partitions = t.assignments.len() as i32;
+            rf = t.assignments[0].broker_ids.len() as i16;
+            if t.assignments.iter().any(|a| a.broker_ids.iter().any(|b| b.0 != broker.node_id)) {
+                result.error_code = ResponseError::InvalidReplicaAssignment.code();
+                result.error_message = Some(str_bytes("Replica assignment names a broker that is not registered."));
+                results.push(result);
+                continue;
+            }
+        }
+        let outcome = if req.validate_only {
+            broker.check_create(&name, partitions, rf, &configs).map(|(p, r)| (p, r, None))
+        } else {
+            broker.create_topic(&name, partitions, rf, configs.clone()).map(|t| (t.partitions.len() as i32, 1, Some(t.id)))
+        };
+        match outcome {
+            Ok((p, r, id)) => {
+                result.num_partitions = p;
+                result.replication_factor = r;
+                if let Some(id) = id {
+                    result.topic_id = id;
+                }
+                let effective = crate::config::topic::effective(&broker.config.topic_defaults, &configs);
+                result.configs = Some(
+                    effective
+                        .iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfigs::default()
+                                .with_name(str_bytes(k))
+                                .with_value(Some(str_bytes(v)))
+                                .with_config_source(if configs.contains_key(k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT })
+                        })
+                        .collect(),
+                );
+            }
+            Err(e) => {
+                result.error_code = topic_error_code(&e).code();
+                result.error_message = Some(str_bytes(&e.to_string()));
+            }
+        }
+        results.push(result);
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    let broker = &ctx.broker;
+    // v0-v5 list names; v6 lists (name | id) states.
+    let mut targets: Vec<(Option<String>, uuid::Uuid)> =
+        req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
+    targets.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
+    let responses = targets
+        .into_iter()
+        .map(|(name, id)| {
+            let found = match (&name, id.is_nil()) {
+                (Some(n), _) => broker.topic(n).ok_or(ResponseError::UnknownTopicOrPartition),
+                (None, false) => broker.topic_by_id(id).ok_or(ResponseError::UnknownTopicId),
+                (None, true) => Err(ResponseError::InvalidRequest),
+            };
+            let result = DeletableTopicResult::default().with_name(name.as_deref().map(topic_name)).with_topic_id(id);
+            match found {
+                Ok(topic) => {
+                    let result = result.with_name(Some(topic_name(&topic.name))).with_topic_id(topic.id);
+                    match broker.delete_topic(&topic) {
+                        Ok(()) => result,
+                        Err(e) => result.with_error_code(topic_error_code(&e).code()).with_error_message(Some(str_bytes(&e.to_string()))),
+                    }
+                }
+                Err(code) => result.with_error_code(code.code()),
+            }
+        })
+        .collect();
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+pub async fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let broker = &ctx.broker;
+    let results = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.0.to_string();
+            let result = CreatePartitionsTopicResult::default().with_name(t.name);
+            let outcome = match broker.topic(&name) {
+                None => Err(TopicError::UnknownTopic),
+                Some(topic) if t.count <= topic.partitions.len() as i32 => Err(TopicError::InvalidPartitions(format!(
+                    "Topic currently has {} partitions, which is higher than the requested {}.",
+                    topic.partitions.len(),
+                    t.count
+                ))),
+                Some(_) if req.validate_only => Ok(()),
+                Some(_) => broker.create_partitions(&name, t.count),
+            };
+            match outcome {
+                Ok(()) => result,
+                Err(e) => {
+                    let msg = match &e {
+                        TopicError::InvalidPartitions(m) => m.clone(),
+                        other => other.to_string(),
+                    };
+                    result.with_error_code(topic_error_code(&e).code()).with_error_message(Some(str_bytes(&msg)))
+                }
+            }
+        })
+        .collect();
+    CreatePartitionsResponse::default().with_results(results)
+}
+
+pub async fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let broker = &ctx.broker;
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = broker.topic(&t.name.0);
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|rp| {
+                    let result = DeleteRecordsPartitionResult::default().with_partition_index(rp.partition_index).with_low_watermark(-1);
+                    let Some(p) = topic.as_ref().and_then(|t| t.partition(rp.partition_index)) else {
+                        return result.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    let hw = p.high_watermark();
+                    // -1 means "up to the high watermark".
+                    let offset = if rp.offset == -1 { hw } else { rp.offset };
+                    if offset < 0 || offset > hw {
+                        return result.with_error_code(ResponseError::OffsetOutOfRange.code());
+                    }
+                    match p.delete_records_before(offset) {
+                        Ok(low) => result.with_low_watermark(low),
+                        Err(e) => {
+                            tracing::error!(partition = ?p, error = %error_chain(&e), "delete records failed");
+                            result.with_error_code(ResponseError::KafkaStorageError.code())
+                        }
+                    }
+                })
+                .collect();
+            DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
+        })
+        .collect();
+    DeleteRecordsResponse::default().with_topics(topics)
+}

@@ -1,0 +1,426 @@
+//! The broker's state and the services API handlers call: topics and their partitions, topic
+//! configs, producer ids, advertised endpoints.
+//!
+//! Owns creating, deleting and growing topics (directories + metadata files) and opening every
+//! partition found in the log dirs at startup. It does not own wire formats (api) or bytes on
+//! disk (log).
+//!
+//! # Invariants
+//! - `topics` and `by_id` always describe the same set of topics; both change under one write lock.
+//! - A `Topic` is immutable once published; config or partition changes publish a new `Arc<Topic>`
+//!   sharing the unchanged `Partition`s, so readers never see a half-updated topic.
+//! - A partition's directory exists before its topic is published and is removed only after the
+//!   topic is unpublished.
+
+pub mod retention;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use uuid::Uuid;
+
+use crate::config::{topic as topic_config, BrokerConfig, Endpoint};
+use crate::log::{self, IoBackend, LogError, PartitionLog};
+use crate::metadata::{self, MetadataError, ProducerIdAllocator, TopicConfigStore};
+use crate::replication::Partition;
+
+/// A failure the broker cannot serve through: startup problems and I/O on metadata.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("opening partition {topic}-{partition}")]
+    OpenPartition {
+        topic: String,
+        partition: i32,
+        #[source]
+        source: LogError,
+    },
+    #[error("choosing the I/O backend")]
+    IoBackend(#[source] std::io::Error),
+}
+
+/// Why a topic operation was refused; each maps to a Kafka error code in the api layer.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("Topic '{0}' already exists.")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("Number of partitions must be larger than 0.")]
+    InvalidPartitions(String),
+    #[error("Unable to replicate the partition {0} time(s): The target replication factor of {0} cannot be reached because only 1 broker(s) are registered.")]
+    InvalidReplicationFactor(i16),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("This server does not host this topic-partition.")]
+    UnknownTopic,
+    #[error("Topic deletion is disabled.")]
+    DeletionDisabled,
+    #[error("storage: {0}")]
+    Storage(String),
+}
+
+/// A published topic.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: Arc<str>,
+    pub id: Uuid,
+    pub partitions: Vec<Arc<Partition>>,
+    /// Config overrides set on this topic (not the defaults).
+    pub overrides: BTreeMap<String, String>,
+    pub internal: bool,
+}
+
+impl Topic {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index).ok().and_then(|i| self.partitions.get(i))
+    }
+}
+
+#[derive(Default)]
+struct Topics {
+    by_name: BTreeMap<String, Arc<Topic>>,
+    by_id: HashMap<Uuid, Arc<Topic>>,
+}
+
+/// The running broker's shared state.
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    pub node_id: i32,
+    io: Arc<dyn IoBackend>,
+    topics: RwLock<Topics>,
+    topic_configs: Mutex<TopicConfigStore>,
+    producer_ids: Mutex<ProducerIdAllocator>,
+    /// Set once listeners are bound (port 0 resolves to the real port).
+    advertised: RwLock<Vec<Endpoint>>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Broker {
+    /// Formats empty log dirs, then opens every partition directory found.
+    pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        let cluster_id = metadata::load_or_format(&config.log_dirs, config.node_id)?;
+        let io = log::select_backend(config.io_backend).map_err(BrokerError::IoBackend)?;
+        tracing::info!(backend = io.name(), "log I/O backend");
+        let first = config.log_dirs[0].clone();
+        let topic_configs = TopicConfigStore::open(&first)?;
+        let producer_ids = ProducerIdAllocator::open(&first)?;
+        let broker = Broker {
+            node_id: config.node_id,
+            cluster_id,
+            io,
+            topics: RwLock::new(Topics::default()),
+            topic_configs: Mutex::new(topic_configs),
+            producer_ids: Mutex::new(producer_ids),
+            advertised: RwLock::new(Vec::new()),
+            config,
+        };
+        broker.load_topics()?;
+        Ok(broker)
+    }
+
+    fn load_topics(&self) -> Result<(), BrokerError> {
+        // topic -> (partition -> dir)
+        let mut found: BTreeMap<String, BTreeMap<i32, PathBuf>> = BTreeMap::new();
+        for dir in &self.config.log_dirs {
+            let entries = std::fs::read_dir(dir)
+                .map_err(|source| MetadataError::Io { op: "list log dir", path: dir.clone(), source })?;
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().to_string();
+                if !entry.path().is_dir() || name.starts_with("__cluster_metadata") {
+                    continue;
+                }
+                match log::parse_partition_dir_name(&name) {
+                    Some((topic, p)) if metadata::validate_topic_name(&topic).is_ok() => {
+                        found.entry(topic).or_default().insert(p, entry.path());
+                    }
+                    _ => tracing::warn!(dir = %entry.path().display(), "ignoring directory that is not a topic partition"),
+                }
+            }
+        }
+        let started = std::time::Instant::now();
+        let mut count = 0usize;
+        for (name, parts) in found {
+            let overrides = self.topic_configs.lock().get(&name);
+            let log_config = topic_config::log_config(&topic_config::effective(&self.config.topic_defaults, &overrides));
+            let max = *parts.keys().max().unwrap_or(&0);
+            let mut id: Option<Uuid> = None;
+            for dir in parts.values() {
+                if let Ok(Some(found_id)) = log::partition_metadata::read(dir) {
+                    id = Some(found_id);
+                    break;
+                }
+            }
+            let id = id.unwrap_or_else(metadata::new_topic_id);
+            let topic_name: Arc<str> = Arc::from(name.as_str());
+            let mut partitions = Vec::new();
+            for p in 0..=max {
+                let dir = match parts.get(&p) {
+                    Some(d) => d.clone(),
+                    None => {
+                        tracing::warn!(topic = %name, partition = p, "partition directory missing; creating it empty");
+                        self.choose_log_dir().join(format!("{name}-{p}"))
+                    }
+                };
+                let part = self.open_partition(&topic_name, p, id, &dir, log_config.clone())?;
+                partitions.push(part);
+                count += 1;
+            }
+            let topic = Arc::new(Topic {
+                internal: name.starts_with("__"),
+                name: topic_name,
+                id,
+                partitions,
+                overrides,
+            });
+            self.publish(topic);
+        }
+        tracing::info!(partitions = count, elapsed_ms = started.elapsed().as_millis() as u64, "opened logs");
+        Ok(())
+    }
+
+    fn open_partition(
+        &self,
+        topic: &Arc<str>,
+        p: i32,
+        id: Uuid,
+        dir: &std::path::Path,
+        config: log::LogConfig,
+    ) -> Result<Arc<Partition>, BrokerError> {
+        let wrap = |source| BrokerError::OpenPartition { topic: topic.to_string(), partition: p, source };
+        let log = PartitionLog::open(dir, config, self.io.clone()).map_err(wrap)?;
+        if let Ok(None) = log::partition_metadata::read(dir) {
+            if let Err(e) = log::partition_metadata::write(dir, id) {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not write partition.metadata");
+            }
+        }
+        Ok(Arc::new(Partition::new(topic.clone(), p, id, log).map_err(wrap)?))
+    }
+
+    fn publish(&self, topic: Arc<Topic>) {
+        let mut t = self.topics.write();
+        t.by_id.insert(topic.id, topic.clone());
+        t.by_name.insert(topic.name.to_string(), topic);
+    }
+
+    /// The log dir holding the fewest partitions (Kafka's placement rule).
+    fn choose_log_dir(&self) -> PathBuf {
+        let t = self.topics.read();
+        let mut counts: Vec<(usize, &PathBuf)> = self.config.log_dirs.iter().map(|d| (0, d)).collect();
+        for topic in t.by_name.values() {
+            for p in &topic.partitions {
+                let dir = p.log_dir();
+                if let Some(c) = counts.iter_mut().find(|(_, d)| dir.starts_with(d)) {
+                    c.0 += 1;
+                }
+            }
+        }
+        counts.iter().min_by_key(|(c, _)| *c).map(|(_, d)| (*d).clone()).unwrap_or_else(|| self.config.log_dirs[0].clone())
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().by_name.get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics.read().by_id.get(&id).cloned()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        self.topic(topic).and_then(|t| t.partition(index).cloned())
+    }
+
+    pub fn all_topics(&self) -> Vec<Arc<Topic>> {
+        self.topics.read().by_name.values().cloned().collect()
+    }
+
+    /// Effective configs of a topic (defaults overlaid with overrides).
+    pub fn topic_effective_configs(&self, topic: &Topic) -> BTreeMap<String, String> {
+        topic_config::effective(&self.config.topic_defaults, &topic.overrides)
+    }
+
+    /// Validates a create request without side effects; returns (partitions, replication factor).
+    pub fn check_create(
+        &self,
+        name: &str,
+        num_partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(i32, i16), TopicError> {
+        metadata::validate_topic_name(name).map_err(TopicError::InvalidName)?;
+        if self.topic(name).is_some() {
+            return Err(TopicError::AlreadyExists(name.to_string()));
+        }
+        let partitions = if num_partitions == -1 { self.config.num_partitions } else { num_partitions };
+        if partitions <= 0 {
+            return Err(TopicError::InvalidPartitions("Number of partitions must be larger than 0.".into()));
+        }
+        let rf = if replication_factor == -1 { self.config.default_replication_factor } else { replication_factor };
+        if rf <= 0 {
+            return Err(TopicError::InvalidReplicationFactor(rf));
+        }
+        if rf > 1 {
+            return Err(TopicError::InvalidReplicationFactor(rf));
+        }
+        for (k, v) in configs {
+            topic_config::validate(k, v).map_err(|e| match topic_config::lookup(k) {
+                None => TopicError::InvalidConfig(format!("Unknown topic config name: {k}")),
+                Some(_) => TopicError::InvalidConfig(e.to_string()),
+            })?;
+        }
+        Ok((partitions, rf))
+    }
+
+    /// Creates a topic (after `check_create`). Returns the published topic.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        num_partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        let (partitions, _) = self.check_create(name, num_partitions, replication_factor, &configs)?;
+        // Serialise creations so two racing creates of one name cannot both pass the check.
+        let mut store = self.topic_configs.lock();
+        if self.topic(name).is_some() {
+            return Err(TopicError::AlreadyExists(name.to_string()));
+        }
+        store.set(name, configs.clone()).map_err(|e| TopicError::Storage(e.to_string()))?;
+        drop(store);
+        let id = metadata::new_topic_id();
+        let topic_name: Arc<str> = Arc::from(name);
+        let log_config = topic_config::log_config(&topic_config::effective(&self.config.topic_defaults, &configs));
+        let mut parts = Vec::new();
+        for p in 0..partitions {
+            let dir = self.choose_log_dir().join(format!("{name}-{p}"));
+            let part = self
+                .open_partition(&topic_name, p, id, &dir, log_config.clone())
+                .map_err(|e| TopicError::Storage(format!("{e}: {}", error_chain(&e))))?;
+            parts.push(part);
+        }
+        let topic = Arc::new(Topic { internal: name.starts_with("__"), name: topic_name, id, partitions: parts, overrides: configs });
+        self.publish(topic.clone());
+        tracing::info!(topic = name, partitions, topic_id = %metadata::kafka_uuid_string(id), "created topic");
+        Ok(topic)
+    }
+
+    /// Deletes a topic and its files.
+    pub fn delete_topic(&self, topic: &Arc<Topic>) -> Result<(), TopicError> {
+        if !self.config.delete_topic_enable {
+            return Err(TopicError::DeletionDisabled);
+        }
+        {
+            let mut t = self.topics.write();
+            if t.by_name.remove(topic.name.as_ref()).is_none() {
+                return Err(TopicError::UnknownTopic);
+            }
+            t.by_id.remove(&topic.id);
+        }
+        let _ = self.topic_configs.lock().set(&topic.name, BTreeMap::new());
+        for p in &topic.partitions {
+            if let Err(e) = p.clone().delete_files() {
+                tracing::warn!(topic = %topic.name, partition = p.index, error = %error_chain(&e), "deleting partition files");
+            }
+        }
+        tracing::info!(topic = %topic.name, "deleted topic");
+        Ok(())
+    }
+
+    /// Grows a topic to `count` partitions.
+    pub fn create_partitions(&self, name: &str, count: i32) -> Result<(), TopicError> {
+        let _guard = self.topic_configs.lock();
+        let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
+        let current = topic.partitions.len() as i32;
+        if count <= current {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Topic currently has {current} partitions, which is higher than the requested {count}."
+            )));
+        }
+        let log_config = topic_config::log_config(&self.topic_effective_configs(&topic));
+        let mut parts = topic.partitions.clone();
+        for p in current..count {
+            let dir = self.choose_log_dir().join(format!("{name}-{p}"));
+            let part = self
+                .open_partition(&topic.name, p, topic.id, &dir, log_config.clone())
+                .map_err(|e| TopicError::Storage(error_chain(&e)))?;
+            parts.push(part);
+        }
+        self.publish(Arc::new(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions: parts,
+            overrides: topic.overrides.clone(),
+            internal: topic.internal,
+        }));
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides (already validated) and applies them to its logs.
+    pub fn set_topic_configs(&self, name: &str, overrides: BTreeMap<String, String>) -> Result<(), TopicError> {
+        let mut store = self.topic_configs.lock();
+        let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
+        store.set(name, overrides.clone()).map_err(|e| TopicError::Storage(e.to_string()))?;
+        drop(store);
+        let log_config = topic_config::log_config(&topic_config::effective(&self.config.topic_defaults, &overrides));
+        for p in &topic.partitions {
+            p.update_config(log_config.clone());
+        }
+        self.publish(Arc::new(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions: topic.partitions.clone(),
+            overrides,
+            internal: topic.internal,
+        }));
+        Ok(())
+    }
+
+    pub fn allocate_producer_id(&self) -> Result<i64, MetadataError> {
+        self.producer_ids.lock().allocate()
+    }
+
+    pub fn set_advertised(&self, endpoints: Vec<Endpoint>) {
+        *self.advertised.write() = endpoints;
+    }
+
+    pub fn advertised(&self) -> Vec<Endpoint> {
+        self.advertised.read().clone()
+    }
+
+    /// Flushes every partition (clean shutdown).
+    pub fn flush_all(&self) {
+        for topic in self.all_topics() {
+            for p in &topic.partitions {
+                if let Err(e) = p.flush() {
+                    tracing::error!(topic = %topic.name, partition = p.index, error = %error_chain(&e), "flush on shutdown failed");
+                }
+            }
+        }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
+/// Renders an error with its sources, for log lines and error messages.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,38 @@
+//! The retention loop: every `log.retention.check.interval.ms`, each partition deletes the
+//! segments its `retention.ms` / `retention.bytes` no longer cover (whole segments only, never the
+//! active one). A failure on one partition is logged with the partition and does not stop the
+//! loop or other partitions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{error_chain, Broker};
+
+/// Runs until the task is dropped.
+pub async fn run(broker: Arc<Broker>) {
+    let period = Duration::from_millis(broker.config.log_retention_check_interval_ms);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let b = broker.clone();
+        // Segment deletion touches the filesystem; keep it off the request workers.
+        let _ = tokio::task::spawn_blocking(move || enforce_all(&b)).await;
+    }
+}
+
+/// One pass over every partition; returns the number of segments deleted.
+pub fn enforce_all(broker: &Broker) -> usize {
+    let now = broker.now_ms();
+    let mut deleted = 0;
+    for topic in broker.all_topics() {
+        for p in &topic.partitions {
+            match p.enforce_retention(now) {
+                Ok(n) => deleted += n,
+                Err(e) => tracing::error!(topic = %topic.name, partition = p.index, error = %error_chain(&e), "retention failed"),
+            }
+        }
+    }
+    deleted
+}

@@ -1,0 +1,370 @@
+//! Broker configuration: Kafka's `server.properties` keys, names and defaults.
+//!
+//! Owns parsing a properties file plus `--override key=value` pairs into a validated
+//! [`BrokerConfig`], and the table of topic-level configs ([`topic`]) that topics may override.
+//! It does not own applying configs to running state.
+//!
+//! # Invariants
+//! - Every key sluice acts on is validated at startup; an invalid value stops startup with a
+//!   [`ConfigError`] naming the key, the value and what would be accepted.
+//! - Keys Kafka knows but sluice does not act on (thread counts, ZooKeeper-era settings, ...) are
+//!   accepted silently so that a stock Kafka `server.properties` starts cleanly; truly unknown
+//!   keys are reported back as warnings, never silently dropped.
+//! - Later sources win: defaults < properties file < overrides, in order given.
+
+pub mod properties;
+pub mod topic;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::log::IoBackendChoice;
+
+pub use properties::parse_properties;
+
+/// A configuration value that failed validation, or an unreadable config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid value {value:?} for configuration {key}: {expected}")]
+    InvalidValue { key: String, value: String, expected: String },
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("malformed override {0:?}: expected key=value")]
+    MalformedOverride(String),
+}
+
+/// A listener endpoint parsed from `listeners` / `advertised.listeners`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Listener name, e.g. `PLAINTEXT`.
+    pub name: String,
+    /// Host to bind or advertise; empty means all interfaces (Kafka's `PLAINTEXT://:9092`).
+    pub host: String,
+    /// Port; 0 asks the OS for a free port (tests use this).
+    pub port: u16,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}:{}", self.name, self.host, self.port)
+    }
+}
+
+/// The validated broker configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub listeners: Vec<Endpoint>,
+    /// Empty means "advertise what we bound".
+    pub advertised_listeners: Vec<Endpoint>,
+    pub log_dirs: Vec<PathBuf>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub delete_topic_enable: bool,
+    pub log_retention_check_interval_ms: u64,
+    pub socket_request_max_bytes: usize,
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    pub io_backend: IoBackendChoice,
+    pub fetch_session_cache_slots: usize,
+    /// Broker-level defaults for topic configs, keyed by *topic* config name
+    /// (`retention.ms`, `segment.bytes`, ...), already validated.
+    pub topic_defaults: BTreeMap<String, String>,
+    /// Every key/value as given (file + overrides), for DescribeConfigs on the broker.
+    pub raw: BTreeMap<String, String>,
+}
+
+/// A parsed config plus the keys it did not recognise (the caller logs them).
+pub struct Loaded {
+    pub config: BrokerConfig,
+    pub unknown_keys: Vec<String>,
+}
+
+/// Broker keys sluice reads directly, with Kafka's default.
+const BROKER_KEYS: &[(&str, &str)] = &[
+    ("node.id", "1"),
+    ("listeners", "PLAINTEXT://localhost:9092"),
+    ("advertised.listeners", ""),
+    ("log.dirs", ""),
+    ("log.dir", "./data"),
+    ("num.partitions", "1"),
+    ("default.replication.factor", "1"),
+    ("auto.create.topics.enable", "true"),
+    ("delete.topic.enable", "true"),
+    ("log.retention.check.interval.ms", "300000"),
+    ("socket.request.max.bytes", "104857600"),
+    ("max.connections", "2147483647"),
+    ("max.connections.per.ip", "2147483647"),
+    ("log.io.backend", "auto"),
+    ("max.incremental.fetch.session.cache.slots", "1000"),
+];
+
+/// Keys from Kafka's broker config that sluice accepts without acting on them (yet).
+const ACCEPTED_KEYS: &[&str] = &[
+    "broker.id",
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.listener.names",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "num.network.threads",
+    "num.io.threads",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "num.recovery.threads.per.data.dir",
+    "offsets.topic.replication.factor",
+    "offsets.topic.num.partitions",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "group.initial.rebalance.delay.ms",
+    "log.cleaner.enable",
+    "log.cleaner.threads",
+    "queued.max.requests",
+    "replica.lag.time.max.ms",
+    "unclean.leader.election.enable",
+    "metrics.listener",
+    "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+    "auto.leader.rebalance.enable",
+    "connections.max.idle.ms",
+];
+
+impl BrokerConfig {
+    /// Builds and validates a config from `(key, value)` pairs in precedence order.
+    pub fn from_pairs<I>(pairs: I) -> Result<Loaded, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let mut raw = BTreeMap::new();
+        for (k, v) in pairs {
+            raw.insert(k, v);
+        }
+        let get = |key: &str| -> String {
+            raw.get(key).cloned().unwrap_or_else(|| {
+                BROKER_KEYS.iter().find(|(k, _)| *k == key).map(|(_, d)| d.to_string()).unwrap_or_default()
+            })
+        };
+
+        let mut unknown_keys = Vec::new();
+        for key in raw.keys() {
+            let known = BROKER_KEYS.iter().any(|(k, _)| k == key)
+                || ACCEPTED_KEYS.contains(&key.as_str())
+                || topic::broker_key_to_topic(key).is_some();
+            if !known {
+                unknown_keys.push(key.clone());
+            }
+        }
+
+        let node_id = match raw.get("node.id").or_else(|| raw.get("broker.id")) {
+            Some(v) => parse_int::<i32>("node.id", v, 0, i32::MAX)?,
+            None => 1,
+        };
+        let listeners = parse_listeners("listeners", &get("listeners"))?;
+        if listeners.is_empty() {
+            return Err(invalid("listeners", "", "at least one listener such as PLAINTEXT://localhost:9092"));
+        }
+        let advertised_listeners = parse_listeners("advertised.listeners", &get("advertised.listeners"))?;
+        let dirs = {
+            let d = get("log.dirs");
+            if d.trim().is_empty() { get("log.dir") } else { d }
+        };
+        let log_dirs: Vec<PathBuf> =
+            dirs.split(',').map(str::trim).filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+        if log_dirs.is_empty() {
+            return Err(invalid("log.dirs", &dirs, "a comma-separated list of directories"));
+        }
+
+        let io_backend = match get("log.io.backend").as_str() {
+            "auto" => IoBackendChoice::Auto,
+            "uring" | "io_uring" => IoBackendChoice::Uring,
+            "std" => IoBackendChoice::Std,
+            other => return Err(invalid("log.io.backend", other, "one of auto, uring, std")),
+        };
+
+        let topic_defaults = topic::defaults_from_broker(&raw)?;
+
+        let config = BrokerConfig {
+            node_id,
+            listeners,
+            advertised_listeners,
+            log_dirs,
+            num_partitions: parse_int("num.partitions", &get("num.partitions"), 1, i32::MAX)?,
+            default_replication_factor: parse_int(
+                "default.replication.factor",
+                &get("default.replication.factor"),
+                1,
+                i16::MAX,
+            )?,
+            auto_create_topics_enable: parse_bool("auto.create.topics.enable", &get("auto.create.topics.enable"))?,
+            delete_topic_enable: parse_bool("delete.topic.enable", &get("delete.topic.enable"))?,
+            log_retention_check_interval_ms: parse_int(
+                "log.retention.check.interval.ms",
+                &get("log.retention.check.interval.ms"),
+                1,
+                u64::MAX,
+            )?,
+            socket_request_max_bytes: parse_int(
+                "socket.request.max.bytes",
+                &get("socket.request.max.bytes"),
+                1,
+                i32::MAX as usize,
+            )?,
+            max_connections: parse_int("max.connections", &get("max.connections"), 0, i32::MAX as usize)?,
+            max_connections_per_ip: parse_int(
+                "max.connections.per.ip",
+                &get("max.connections.per.ip"),
+                0,
+                i32::MAX as usize,
+            )?,
+            io_backend,
+            fetch_session_cache_slots: parse_int(
+                "max.incremental.fetch.session.cache.slots",
+                &get("max.incremental.fetch.session.cache.slots"),
+                0,
+                i32::MAX as usize,
+            )?,
+            topic_defaults,
+            raw,
+        };
+        Ok(Loaded { config, unknown_keys })
+    }
+
+    /// The value of a broker key as configured, or its default when sluice knows one.
+    pub fn broker_value(&self, key: &str) -> Option<String> {
+        if let Some(v) = self.raw.get(key) {
+            return Some(v.clone());
+        }
+        if let Some(topic_key) = topic::broker_key_to_topic(key) {
+            return self.topic_defaults.get(topic_key).cloned();
+        }
+        BROKER_KEYS.iter().find(|(k, _)| *k == key).map(|(_, d)| d.to_string())
+    }
+
+    /// Every broker key with a known value, for DescribeConfigs.
+    pub fn broker_entries(&self) -> Vec<(String, String, bool)> {
+        let mut out: BTreeMap<String, (String, bool)> = BTreeMap::new();
+        for (k, d) in BROKER_KEYS {
+            out.insert(k.to_string(), (d.to_string(), false));
+        }
+        for (topic_key, def) in topic::TOPIC_CONFIGS {
+            if let Some(bk) = def.broker_key {
+                let v = self.topic_defaults.get(*topic_key).cloned().unwrap_or_default();
+                out.insert(bk.to_string(), (v, false));
+            }
+        }
+        for (k, v) in &self.raw {
+            out.insert(k.clone(), (v.clone(), true));
+        }
+        out.insert("node.id".into(), (self.node_id.to_string(), self.raw.contains_key("node.id")));
+        out.into_iter().map(|(k, (v, set))| (k, v, set)).collect()
+    }
+}
+
+pub(crate) fn invalid(key: &str, value: &str, expected: &str) -> ConfigError {
+    ConfigError::InvalidValue { key: key.to_string(), value: value.to_string(), expected: expected.to_string() }
+}
+
+/// Parses an integer within `[min, max]`, naming the key on failure.
+pub(crate) fn parse_int<T>(key: &str, value: &str, min: T, max: T) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let v = value.trim();
+    match v.parse::<T>() {
+        Ok(n) if n >= min && n <= max => Ok(n),
+        _ => Err(invalid(key, value, &format!("an integer in [{min}, {max}]"))),
+    }
+}
+
+pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(key, value, "true or false")),
+    }
+}
+
+/// Parses `NAME://host:port[,NAME://host:port]`; IPv6 hosts in brackets.
+pub fn parse_listeners(key: &str, value: &str) -> Result<Vec<Endpoint>, ConfigError> {
+    let mut out = Vec::new();
+    for part in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let expected = "a list of NAME://host:port, e.g. PLAINTEXT://localhost:9092";
+        let (name, rest) = part.split_once("://").ok_or_else(|| invalid(key, value, expected))?;
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid(key, value, expected))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port: u16 = port.parse().map_err(|_| invalid(key, value, expected))?;
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(invalid(key, value, expected));
+        }
+        if out.iter().any(|e: &Endpoint| e.name == name) {
+            return Err(invalid(key, value, "listener names to be unique"));
+        }
+        out.push(Endpoint { name: name.to_string(), host: host.to_string(), port });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Loaded, ConfigError> {
+        BrokerConfig::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn defaults_give_a_usable_single_node_broker() {
+        let c = load(&[]).unwrap().config;
+        assert_eq!(c.node_id, 1);
+        assert_eq!(c.listeners, vec![Endpoint { name: "PLAINTEXT".into(), host: "localhost".into(), port: 9092 }]);
+        assert_eq!(c.log_dirs, vec![PathBuf::from("./data")]);
+        assert_eq!(c.num_partitions, 1);
+        assert!(c.auto_create_topics_enable);
+        assert_eq!(c.socket_request_max_bytes, 104857600);
+        assert_eq!(c.topic_defaults.get("segment.bytes").unwrap(), "1073741824");
+        assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "604800000");
+    }
+
+    #[test]
+    fn invalid_value_names_key_value_and_what_is_accepted() {
+        let err = load(&[("num.partitions", "zero")]).err().unwrap().to_string();
+        assert!(err.contains("num.partitions") && err.contains("zero") && err.contains("integer"), "{err}");
+        let err = load(&[("log.io.backend", "fast")]).err().unwrap().to_string();
+        assert!(err.contains("log.io.backend") && err.contains("auto, uring, std"), "{err}");
+        let err = load(&[("listeners", "localhost:9092")]).err().unwrap().to_string();
+        assert!(err.contains("listeners") && err.contains("NAME://host:port"), "{err}");
+        let err = load(&[("log.segment.bytes", "10")]).err().unwrap().to_string();
+        assert!(err.contains("log.segment.bytes"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_are_reported_and_kafka_keys_are_accepted() {
+        let l = load(&[("process.roles", "broker,controller"), ("no.such.key", "1")]).unwrap();
+        assert_eq!(l.unknown_keys, vec!["no.such.key".to_string()]);
+    }
+
+    #[test]
+    fn retention_hours_and_minutes_follow_kafka_precedence() {
+        let c = load(&[("log.retention.hours", "1")]).unwrap().config;
+        assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "3600000");
+        let c = load(&[("log.retention.hours", "1"), ("log.retention.minutes", "2")]).unwrap().config;
+        assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "120000");
+        let c = load(&[("log.retention.minutes", "2"), ("log.retention.ms", "5")]).unwrap().config;
+        assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "5");
+    }
+
+    #[test]
+    fn listeners_parse_port_zero_and_ipv6() {
+        let l = parse_listeners("listeners", "PLAINTEXT://127.0.0.1:0,INTERNAL://[::1]:9093").unwrap();
+        assert_eq!(l[0].port, 0);
+        assert_eq!(l[1].host, "::1");
+    }
+}

@@ -1,0 +1,270 @@
+//! Topic-level configs: the keys a topic may override, their broker-level synonyms and
+//! Kafka's defaults, and validation shared by CreateTopics, AlterConfigs and startup.
+//!
+//! # Invariants
+//! - A topic's effective value is its override if set, else the broker default
+//!   (`BrokerConfig::topic_defaults`), which is itself the broker key's value or Kafka's default.
+//! - `validate` accepts exactly the values Kafka accepts for the keys sluice acts on; an
+//!   unknown key is an error (Kafka answers INVALID_CONFIG).
+
+use std::collections::BTreeMap;
+
+use super::{invalid, ConfigError};
+use crate::log::LogConfig;
+
+/// How a config value is checked.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    Long { min: i64 },
+    Int { min: i32 },
+    Double { min: f64, max: f64 },
+    Bool,
+    /// One of the given strings.
+    OneOf(&'static [&'static str]),
+    /// A comma-separated list of the given strings.
+    ListOf(&'static [&'static str]),
+    /// Free-form string (e.g. throttled replica lists).
+    Text,
+}
+
+/// One topic config key.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicConfigDef {
+    /// The broker key that sets the default, if any.
+    pub broker_key: Option<&'static str>,
+    pub default: &'static str,
+    pub kind: Kind,
+    /// Kafka's config type name for DescribeConfigs v3+ (1 BOOLEAN .. 9 PASSWORD).
+    pub config_type: i8,
+}
+
+const LONG_MAX: &str = "9223372036854775807";
+const BOOLEAN: i8 = 1;
+const STRING: i8 = 2;
+const INT: i8 = 3;
+const LONG: i8 = 5;
+const DOUBLE: i8 = 6;
+const LIST: i8 = 7;
+
+macro_rules! def {
+    ($bk:expr, $d:expr, $k:expr, $t:expr) => {
+        TopicConfigDef { broker_key: $bk, default: $d, kind: $k, config_type: $t }
+    };
+}
+
+/// Every topic config Kafka 4.x knows, sorted by name.
+pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
+    ("cleanup.policy", def!(Some("log.cleanup.policy"), "delete", Kind::ListOf(&["delete", "compact"]), LIST)),
+    ("compression.gzip.level", def!(Some("compression.gzip.level"), "-1", Kind::Int { min: -1 }, INT)),
+    ("compression.lz4.level", def!(Some("compression.lz4.level"), "9", Kind::Int { min: 1 }, INT)),
+    (
+        "compression.type",
+        def!(
+            Some("compression.type"),
+            "producer",
+            Kind::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+            STRING
+        ),
+    ),
+    ("compression.zstd.level", def!(Some("compression.zstd.level"), "3", Kind::Int { min: -131072 }, INT)),
+    ("delete.retention.ms", def!(Some("log.cleaner.delete.retention.ms"), "86400000", Kind::Long { min: 0 }, LONG)),
+    ("file.delete.delay.ms", def!(Some("log.segment.delete.delay.ms"), "60000", Kind::Long { min: 0 }, LONG)),
+    ("flush.messages", def!(Some("log.flush.interval.messages"), LONG_MAX, Kind::Long { min: 1 }, LONG)),
+    ("flush.ms", def!(Some("log.flush.interval.ms"), LONG_MAX, Kind::Long { min: 0 }, LONG)),
+    ("follower.replication.throttled.replicas", def!(None, "", Kind::Text, LIST)),
+    ("index.interval.bytes", def!(Some("log.index.interval.bytes"), "4096", Kind::Int { min: 0 }, INT)),
+    ("leader.replication.throttled.replicas", def!(None, "", Kind::Text, LIST)),
+    ("local.retention.bytes", def!(Some("log.local.retention.bytes"), "-2", Kind::Long { min: -2 }, LONG)),
+    ("local.retention.ms", def!(Some("log.local.retention.ms"), "-2", Kind::Long { min: -2 }, LONG)),
+    (
+        "max.compaction.lag.ms",
+        def!(Some("log.cleaner.max.compaction.lag.ms"), LONG_MAX, Kind::Long { min: 1 }, LONG),
+    ),
+    ("max.message.bytes", def!(Some("message.max.bytes"), "1048588", Kind::Int { min: 0 }, INT)),
+    (
+        "message.timestamp.after.max.ms",
+        def!(Some("log.message.timestamp.after.max.ms"), "3600000", Kind::Long { min: 0 }, LONG),
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        def!(Some("log.message.timestamp.before.max.ms"), LONG_MAX, Kind::Long { min: 0 }, LONG),
+    ),
+    (
+        "message.timestamp.type",
+        def!(Some("log.message.timestamp.type"), "CreateTime", Kind::OneOf(&["CreateTime", "LogAppendTime"]), STRING),
+    ),
+    (
+        "min.cleanable.dirty.ratio",
+        def!(Some("log.cleaner.min.cleanable.ratio"), "0.5", Kind::Double { min: 0.0, max: 1.0 }, DOUBLE),
+    ),
+    ("min.compaction.lag.ms", def!(Some("log.cleaner.min.compaction.lag.ms"), "0", Kind::Long { min: 0 }, LONG)),
+    ("min.insync.replicas", def!(Some("min.insync.replicas"), "1", Kind::Int { min: 1 }, INT)),
+    ("preallocate", def!(Some("log.preallocate"), "false", Kind::Bool, BOOLEAN)),
+    ("remote.storage.enable", def!(None, "false", Kind::Bool, BOOLEAN)),
+    ("retention.bytes", def!(Some("log.retention.bytes"), "-1", Kind::Long { min: i64::MIN }, LONG)),
+    ("retention.ms", def!(Some("log.retention.ms"), "604800000", Kind::Long { min: -1 }, LONG)),
+    ("segment.bytes", def!(Some("log.segment.bytes"), "1073741824", Kind::Int { min: 14 }, INT)),
+    ("segment.index.bytes", def!(Some("log.index.size.max.bytes"), "10485760", Kind::Int { min: 4 }, INT)),
+    ("segment.jitter.ms", def!(Some("log.roll.jitter.ms"), "0", Kind::Long { min: 0 }, LONG)),
+    ("segment.ms", def!(Some("log.roll.ms"), "604800000", Kind::Long { min: 1 }, LONG)),
+    (
+        "unclean.leader.election.enable",
+        def!(Some("unclean.leader.election.enable"), "false", Kind::Bool, BOOLEAN),
+    ),
+];
+
+/// The definition of a topic config key.
+pub fn lookup(key: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|(k, _)| *k == key).map(|(_, d)| d)
+}
+
+/// Maps a broker key (`log.retention.hours`, `log.segment.bytes`...) to the topic key it sets.
+pub fn broker_key_to_topic(key: &str) -> Option<&'static str> {
+    match key {
+        "log.retention.hours" | "log.retention.minutes" => return Some("retention.ms"),
+        "log.roll.hours" => return Some("segment.ms"),
+        "log.roll.jitter.hours" => return Some("segment.jitter.ms"),
+        _ => {}
+    }
+    TOPIC_CONFIGS.iter().find(|(_, d)| d.broker_key == Some(key)).map(|(k, _)| *k)
+}
+
+/// Checks one topic config value; the error names the key, the value and what is accepted.
+pub fn validate(key: &str, value: &str) -> Result<(), ConfigError> {
+    let def = lookup(key).ok_or_else(|| invalid(key, value, "a known topic config"))?;
+    check_kind(key, value, def.kind)
+}
+
+fn check_kind(key: &str, value: &str, kind: Kind) -> Result<(), ConfigError> {
+    let v = value.trim();
+    let ok = match kind {
+        Kind::Long { min } => v.parse::<i64>().map(|n| n >= min).unwrap_or(false),
+        Kind::Int { min } => v.parse::<i32>().map(|n| n >= min).unwrap_or(false),
+        Kind::Double { min, max } => v.parse::<f64>().map(|n| n >= min && n <= max).unwrap_or(false),
+        Kind::Bool => matches!(v.to_ascii_lowercase().as_str(), "true" | "false"),
+        Kind::OneOf(opts) => opts.iter().any(|o| o.eq_ignore_ascii_case(v)),
+        Kind::ListOf(opts) => {
+            !v.is_empty() && v.split(',').map(str::trim).all(|p| opts.iter().any(|o| o.eq_ignore_ascii_case(p)))
+        }
+        Kind::Text => true,
+    };
+    if ok {
+        return Ok(());
+    }
+    let expected = match kind {
+        Kind::Long { min } => format!("a long integer >= {min}"),
+        Kind::Int { min } => format!("an integer >= {min}"),
+        Kind::Double { min, max } => format!("a number in [{min}, {max}]"),
+        Kind::Bool => "true or false".into(),
+        Kind::OneOf(opts) => format!("one of {}", opts.join(", ")),
+        Kind::ListOf(opts) => format!("a comma-separated list of {}", opts.join(", ")),
+        Kind::Text => String::new(),
+    };
+    Err(invalid(key, value, &expected))
+}
+
+/// Computes the broker-level default of every topic config from broker keys, following Kafka's
+/// precedence (`log.retention.ms` > `.minutes` > `.hours`; `log.roll.ms` > `.hours`).
+pub fn defaults_from_broker(raw: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (topic_key, def) in TOPIC_CONFIGS {
+        let mut value = def.default.to_string();
+        if let Some(bk) = def.broker_key {
+            if let Some(v) = raw.get(bk) {
+                check_kind(bk, v, def.kind)?;
+                value = v.trim().to_string();
+            }
+        }
+        out.insert(topic_key.to_string(), value);
+    }
+    let scaled = |key: &str, factor: i64| -> Result<Option<String>, ConfigError> {
+        match raw.get(key) {
+            Some(v) => {
+                let n: i64 = super::parse_int(key, v, -1, i64::MAX / factor)?;
+                Ok(Some(if n < 0 { "-1".into() } else { (n * factor).to_string() }))
+            }
+            None => Ok(None),
+        }
+    };
+    if !raw.contains_key("log.retention.ms") {
+        if let Some(v) = scaled("log.retention.minutes", 60_000)? {
+            out.insert("retention.ms".into(), v);
+        } else if let Some(v) = scaled("log.retention.hours", 3_600_000)? {
+            out.insert("retention.ms".into(), v);
+        }
+    }
+    if !raw.contains_key("log.roll.ms") {
+        if let Some(v) = scaled("log.roll.hours", 3_600_000)? {
+            out.insert("segment.ms".into(), v);
+        }
+    }
+    Ok(out)
+}
+
+/// A topic's effective configs: broker defaults overlaid with the topic's overrides.
+pub fn effective(defaults: &BTreeMap<String, String>, overrides: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut out = defaults.clone();
+    for (k, v) in overrides {
+        out.insert(k.clone(), v.clone());
+    }
+    out
+}
+
+/// Builds the log layer's config from effective topic configs (already validated).
+pub fn log_config(effective: &BTreeMap<String, String>) -> LogConfig {
+    let long = |k: &str, d: i64| effective.get(k).and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(d);
+    let defaults = LogConfig::default();
+    LogConfig {
+        segment_bytes: long("segment.bytes", defaults.segment_bytes as i64).max(14) as u64,
+        segment_ms: long("segment.ms", defaults.segment_ms),
+        index_interval_bytes: long("index.interval.bytes", 4096).clamp(0, u32::MAX as i64) as u32,
+        retention_ms: long("retention.ms", defaults.retention_ms),
+        retention_bytes: long("retention.bytes", -1),
+        flush_interval_messages: long("flush.messages", i64::MAX).max(1) as u64,
+        flush_interval_ms: long("flush.ms", i64::MAX),
+        max_message_bytes: long("max.message.bytes", 1048588).max(0) as usize,
+        message_timestamp_type_log_append: effective
+            .get("message.timestamp.type")
+            .map(|v| v.eq_ignore_ascii_case("LogAppendTime"))
+            .unwrap_or(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_defaults_validate() {
+        let keys: Vec<_> = TOPIC_CONFIGS.iter().map(|(k, _)| *k).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        for (k, d) in TOPIC_CONFIGS {
+            if !matches!(d.kind, Kind::Text) {
+                validate(k, d.default).unwrap_or_else(|e| panic!("default of {k}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn bad_topic_values_are_rejected_with_the_accepted_range() {
+        assert!(validate("retention.ms", "-2").unwrap_err().to_string().contains(">= -1"));
+        assert!(validate("cleanup.policy", "compact,delete").is_ok());
+        assert!(validate("cleanup.policy", "forever").is_err());
+        assert!(validate("no.such.config", "1").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+    }
+
+    #[test]
+    fn log_config_reflects_overrides() {
+        let mut o = BTreeMap::new();
+        o.insert("segment.bytes".to_string(), "16384".to_string());
+        o.insert("message.timestamp.type".to_string(), "LogAppendTime".to_string());
+        let d = defaults_from_broker(&BTreeMap::new()).unwrap();
+        let lc = log_config(&effective(&d, &o));
+        assert_eq!(lc.segment_bytes, 16384);
+        assert!(lc.message_timestamp_type_log_append);
+        assert_eq!(lc.retention_ms, 604800000);
+    }
+}

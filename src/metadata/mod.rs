@@ -1,0 +1,290 @@
+//! Cluster metadata for a single node: the cluster id (`meta.properties`), topic names and ids,
+//! and topic config overrides.
+//!
+//! What is stored where (all in the log directories, so a Kafka log dir opens as it is):
+//!
+//! ```text
+//! <log.dir>/meta.properties            Kafka's format: version=1, node.id, cluster.id, directory.id
+//! <log.dir>/<topic>-<p>/partition.metadata   topic id (written by the log layer)
+//! <first log.dir>/sluice-topic-configs  one line per override: topic<TAB>key=value
+//! <first log.dir>/sluice-producer-ids   next unallocated producer id block
+//! ```
+//!
+//! The set of topics and their partition counts is whatever partition directories exist; there is
+//! no separate list that could disagree with the data. This is the single-node stand-in for the
+//! replicated metadata log that a cluster will use.
+//!
+//! # Failure behaviour
+//! Files are replaced atomically (write to `.tmp`, fsync, rename, fsync the directory), so a crash
+//! leaves either the old or the new version.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use uuid::Uuid;
+
+/// An I/O failure with the file it concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("{op} {path}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> MetadataError + 'a {
+    move |source| MetadataError::Io { op, path: path.to_path_buf(), source }
+}
+
+/// Kafka's textual form of a topic id: URL-safe base64 of the 16 bytes, no padding.
+pub fn kafka_uuid_string(id: Uuid) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+/// Parses Kafka's textual uuid form.
+pub fn parse_kafka_uuid(s: &str) -> Option<Uuid> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s.trim()).ok()?;
+    Uuid::from_slice(&bytes).ok()
+}
+
+/// A random id that is neither nil nor Kafka's reserved "metadata topic" id, and whose textual
+/// form does not start with '-' (Kafka's rule, so it is never mistaken for a CLI flag).
+pub fn new_topic_id() -> Uuid {
+    loop {
+        let id = Uuid::new_v4();
+        if !id.is_nil() && !kafka_uuid_string(id).starts_with('-') && id.as_u128() != 1 {
+            return id;
+        }
+    }
+}
+
+/// Writes `contents` to `path` atomically.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), MetadataError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+    f.write_all(contents).map_err(io_err("write", &tmp))?;
+    f.sync_all().map_err(io_err("fsync", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err("rename", path))?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Loads the cluster id from the log dirs' `meta.properties`, writing the file where it is
+/// missing ("formatting" an empty data dir). All dirs must agree on the cluster and node id.
+pub fn load_or_format(log_dirs: &[PathBuf], node_id: i32) -> Result<String, MetadataError> {
+    let mut cluster_id: Option<String> = None;
+    let mut missing = Vec::new();
+    for dir in log_dirs {
+        std::fs::create_dir_all(dir).map_err(io_err("create log dir", dir))?;
+        let path = dir.join("meta.properties");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let props: BTreeMap<String, String> = crate::config::parse_properties(&text).into_iter().collect();
+                let id = props.get("cluster.id").cloned().ok_or_else(|| MetadataError::Invalid {
+                    path: path.clone(),
+                    reason: "no cluster.id".into(),
+                })?;
+                if let Some(stored) = props.get("node.id").or_else(|| props.get("broker.id")) {
+                    if stored.trim() != node_id.to_string() {
+                        return Err(MetadataError::Invalid {
+                            path,
+                            reason: format!("stored node.id {stored} does not match configured node.id {node_id}"),
+                        });
+                    }
+                }
+                if let Some(existing) = &cluster_id {
+                    if existing != &id {
+                        return Err(MetadataError::Invalid {
+                            path,
+                            reason: format!("cluster.id {id} differs from {existing} in another log dir"),
+                        });
+                    }
+                }
+                cluster_id = Some(id);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(dir.clone()),
+            Err(e) => return Err(io_err("read", &path)(e)),
+        }
+    }
+    let cluster_id = cluster_id.unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+    for dir in missing {
+        let text = format!(
+            "#\n#Written by sluice\nnode.id={node_id}\ndirectory.id={}\nversion=1\ncluster.id={cluster_id}\n",
+            kafka_uuid_string(new_topic_id())
+        );
+        write_atomically(&dir.join("meta.properties"), text.as_bytes())?;
+        tracing::info!(dir = %dir.display(), %cluster_id, "formatted log dir");
+    }
+    Ok(cluster_id)
+}
+
+/// Kafka's topic name rules; returns the reason a name is invalid.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("Topic name is illegal, it can't be empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err("Topic name cannot be \".\" or \"..\"".into());
+    }
+    if name.len() > 249 {
+        return Err(format!("Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-') {
+        return Err(format!(
+            "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// Topic config overrides, persisted in one file.
+#[derive(Debug)]
+pub struct TopicConfigStore {
+    path: PathBuf,
+    overrides: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl TopicConfigStore {
+    pub fn open(first_log_dir: &Path) -> Result<TopicConfigStore, MetadataError> {
+        let path = first_log_dir.join("sluice-topic-configs");
+        let mut overrides: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    let parsed = line.split_once('\t').and_then(|(t, kv)| kv.split_once('=').map(|(k, v)| (t, k, v)));
+                    match parsed {
+                        Some((t, k, v)) => {
+                            overrides.entry(t.to_string()).or_default().insert(k.to_string(), v.to_string());
+                        }
+                        None => tracing::warn!(path = %path.display(), line, "ignoring malformed topic config line"),
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("read", &path)(e)),
+        }
+        Ok(TopicConfigStore { path, overrides })
+    }
+
+    pub fn get(&self, topic: &str) -> BTreeMap<String, String> {
+        self.overrides.get(topic).cloned().unwrap_or_default()
+    }
+
+    /// Replaces a topic's overrides (empty removes the topic) and persists.
+    pub fn set(&mut self, topic: &str, configs: BTreeMap<String, String>) -> Result<(), MetadataError> {
+        if configs.is_empty() {
+            self.overrides.remove(topic);
+        } else {
+            self.overrides.insert(topic.to_string(), configs);
+        }
+        let mut text = String::new();
+        for (t, kvs) in &self.overrides {
+            for (k, v) in kvs {
+                text.push_str(&format!("{t}\t{k}={}\n", v.replace('\n', " ")));
+            }
+        }
+        write_atomically(&self.path, text.as_bytes())
+    }
+}
+
+/// Hands out producer ids in blocks; the end of the current block is persisted before any id in
+/// it is used, so ids are never reused across restarts.
+#[derive(Debug)]
+pub struct ProducerIdAllocator {
+    path: PathBuf,
+    next: i64,
+    block_end: i64,
+}
+
+const PRODUCER_ID_BLOCK: i64 = 1000;
+
+impl ProducerIdAllocator {
+    pub fn open(first_log_dir: &Path) -> Result<ProducerIdAllocator, MetadataError> {
+        let path = first_log_dir.join("sluice-producer-ids");
+        let next = match std::fs::read_to_string(&path) {
+            Ok(t) => t.trim().parse::<i64>().map_err(|e| MetadataError::Invalid { path: path.clone(), reason: e.to_string() })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(io_err("read", &path)(e)),
+        };
+        Ok(ProducerIdAllocator { path, next, block_end: next })
+    }
+
+    pub fn allocate(&mut self) -> Result<i64, MetadataError> {
+        if self.next >= self.block_end {
+            let end = self.next + PRODUCER_ID_BLOCK;
+            write_atomically(&self.path, end.to_string().as_bytes())?;
+            self.block_end = end;
+        }
+        let id = self.next;
+        self.next += 1;
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_uuid_text_round_trips() {
+        let id = new_topic_id();
+        let s = kafka_uuid_string(id);
+        assert_eq!(s.len(), 22);
+        assert_eq!(parse_kafka_uuid(&s), Some(id));
+        // Kafka's example id from its docs.
+        assert!(parse_kafka_uuid("zJXwnWbVQvWzSCeDUoYtaw").is_some());
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("a b").is_err());
+        assert!(validate_topic_name(&"a".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn format_then_reload_keeps_cluster_id_and_checks_node_id() {
+        let d = tempfile::tempdir().unwrap();
+        let dirs = vec![d.path().join("a")];
+        let id = load_or_format(&dirs, 1).unwrap();
+        assert_eq!(load_or_format(&dirs, 1).unwrap(), id);
+        let err = load_or_format(&dirs, 2).unwrap_err().to_string();
+        assert!(err.contains("node.id"), "{err}");
+    }
+
+    #[test]
+    fn producer_ids_are_not_reused_after_restart() {
+        let d = tempfile::tempdir().unwrap();
+        let mut a = ProducerIdAllocator::open(d.path()).unwrap();
+        let first = a.allocate().unwrap();
+        let second = a.allocate().unwrap();
+        assert_eq!(second, first + 1);
+        let mut b = ProducerIdAllocator::open(d.path()).unwrap();
+        assert!(b.allocate().unwrap() > second);
+    }
+
+    #[test]
+    fn topic_config_overrides_persist() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = TopicConfigStore::open(d.path()).unwrap();
+        let mut c = BTreeMap::new();
+        c.insert("retention.ms".to_string(), "1000".to_string());
+        s.set("t", c.clone()).unwrap();
+        assert_eq!(TopicConfigStore::open(d.path()).unwrap().get("t"), c);
+        s.set("t", BTreeMap::new()).unwrap();
+        assert!(TopicConfigStore::open(d.path()).unwrap().get("t").is_empty());
+    }
+}

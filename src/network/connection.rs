@@ -1,0 +1,127 @@
+//! One client connection: read frames, run requests in arrival order, write responses.
+//!
+//! Requests on a connection are handled one at a time in order, as Kafka does (clients rely on
+//! responses arriving in request order); clients get parallelism from several connections and
+//! from pipelining, which the read buffer absorbs.
+//!
+//! # Invariants
+//! - The read buffer never reserves more than one validated frame (prefix + body) beyond what
+//!   has arrived; a frame size that is negative or above `socket.request.max.bytes` closes the
+//!   connection before anything is reserved for it.
+//! - Nothing a client sends ends the process: unknown api keys and unsupported versions close
+//!   this connection only (ApiVersions gets Kafka's v0 UNSUPPORTED_VERSION answer instead).
+//! - Responses are flushed when no further complete request is already buffered, so a burst of
+//!   pipelined requests costs one write.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+
+use crate::api::{self, api_versions, fetch_session::FetchSessionCache, versions, Dispatch, RequestContext};
+use crate::broker::Broker;
+use crate::protocol::frame::{self, FrameCheck};
+
+/// Initial read buffer; grows only to the size of a validated frame.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Why a connection ended (logged once, with context).
+#[derive(Debug)]
+enum Closed {
+    ByPeer,
+    Io(std::io::Error),
+    Protocol(String),
+}
+
+pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, sessions: Arc<FetchSessionCache>) {
+    let (mut reader, writer) = stream.into_split();
+    let mut writer = BufWriter::with_capacity(64 * 1024, writer);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let max = broker.config.socket_request_max_bytes;
+    let mut client_id: Option<String> = None;
+    let outcome: Closed = 'conn: loop {
+        // Gather one complete frame.
+        let len = loop {
+            match frame::check_frame(&buf, max) {
+                FrameCheck::Complete { len } => break len,
+                FrameCheck::Invalid { size } => {
+                    break 'conn Closed::Protocol(format!("frame size {size} outside [0, socket.request.max.bytes={max}]"));
+                }
+                FrameCheck::Incomplete { needed } => {
+                    if writer.buffer().len() > 0 {
+                        if let Err(e) = writer.flush().await {
+                            break 'conn Closed::Io(e);
+                        }
+                    }
+                    let want = (needed - buf.len()).max(READ_CHUNK.min(needed));
+                    buf.reserve(want);
+                    match reader.read_buf(&mut buf).await {
+                        Ok(0) => break 'conn Closed::ByPeer,
+                        Ok(_) => {}
+                        Err(e) => break 'conn Closed::Io(e),
+                    }
+                }
+            }
+        };
+        let mut body = frame::take_frame(&mut buf, len);
+        let prefix = match frame::peek_header_prefix(&body) {
+            Ok(p) => p,
+            Err(e) => break Closed::Protocol(e.to_string()),
+        };
+        let Ok(api_key) = ApiKey::try_from(prefix.api_key) else {
+            break Closed::Protocol(format!("unknown api key {}", prefix.api_key));
+        };
+        if !versions::is_supported(api_key, prefix.api_version) {
+            if api_key == ApiKey::ApiVersions {
+                // Kafka answers with v0 framing so any client can read the supported ranges.
+                match api::frame_response(prefix.correlation_id, 0, &api_versions::unsupported_version_response()) {
+                    Ok(resp) => {
+                        if let Err(e) = writer.write_all(&resp).await {
+                            break Closed::Io(e);
+                        }
+                        continue;
+                    }
+                    Err(e) => break Closed::Protocol(e),
+                }
+            }
+            break Closed::Protocol(format!("unsupported version {} of {:?}", prefix.api_version, api_key));
+        }
+        let header = match frame::decode_request_header(&mut body, api_key, prefix.api_version) {
+            Ok(h) => h,
+            Err(e) => break Closed::Protocol(e.to_string()),
+        };
+        if client_id.is_none() {
+            client_id = header.client_id.as_ref().map(|c| c.to_string());
+        }
+        let ctx = RequestContext {
+            broker: broker.clone(),
+            api_version: prefix.api_version,
+            correlation_id: prefix.correlation_id,
+            client_id: client_id.clone(),
+            fetch_sessions: sessions.clone(),
+        };
+        match api::dispatch(ctx, api_key, body).await {
+            Dispatch::Respond(resp) => {
+                if let Err(e) = writer.write_all(&resp).await {
+                    break Closed::Io(e);
+                }
+            }
+            Dispatch::Silent => {}
+            Dispatch::Close(reason) => break Closed::Protocol(format!("{:?} v{}: {reason}", api_key, prefix.api_version)),
+        }
+        if !matches!(frame::check_frame(&buf, max), FrameCheck::Complete { .. }) {
+            if let Err(e) = writer.flush().await {
+                break Closed::Io(e);
+            }
+        }
+    };
+    let _ = writer.flush().await;
+    match outcome {
+        Closed::ByPeer => tracing::debug!(%peer, client_id = ?client_id, "connection closed by client"),
+        Closed::Io(e) => tracing::debug!(%peer, client_id = ?client_id, error = %e, "connection I/O error"),
+        Closed::Protocol(reason) => tracing::warn!(%peer, client_id = ?client_id, %reason, "closing connection"),
+    }
+}

@@ -1,0 +1,190 @@
+//! Listeners and connection tasks.
+//!
+//! Owns binding the configured listeners, accepting connections within `max.connections` and
+//! `max.connections.per.ip`, and running one task per connection ([`connection`]). It does not
+//! interpret requests beyond framing and the request header.
+//!
+//! # Failure behaviour
+//! - Accept errors (e.g. out of file descriptors) are logged and retried with backoff; the
+//!   listener never exits on its own.
+//! - A connection over a limit is closed at once and logged; others are unaffected.
+//! - Shutdown: [`Server::run`] returns when the shutdown signal fires; open connections are
+//!   dropped with the runtime.
+
+pub mod connection;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::api::fetch_session::FetchSessionCache;
+use crate::broker::Broker;
+use crate::config::Endpoint;
+
+/// Failure to bind a listener.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {endpoint}")]
+pub struct BindError {
+    pub endpoint: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Bound listeners, ready to accept.
+pub struct Server {
+    broker: Arc<Broker>,
+    listeners: Vec<(Endpoint, TcpListener)>,
+    connections: Arc<Semaphore>,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    fetch_sessions: Arc<FetchSessionCache>,
+}
+
+/// Counts a connection against its IP until dropped.
+struct IpSlot {
+    ip: IpAddr,
+    table: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut t = self.table.lock();
+        if let Some(n) = t.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl Server {
+    /// Binds every listener; port 0 gets a free port. Advertised endpoints are set on the broker
+    /// from `advertised.listeners`, or from what was bound.
+    pub async fn bind(broker: Arc<Broker>) -> Result<Server, BindError> {
+        let mut listeners = Vec::new();
+        let mut bound = Vec::new();
+        for ep in &broker.config.listeners {
+            let host = if ep.host.is_empty() { "0.0.0.0" } else { ep.host.as_str() };
+            let listener = TcpListener::bind((host, ep.port))
+                .await
+                .map_err(|source| BindError { endpoint: ep.to_string(), source })?;
+            let local = listener.local_addr().map_err(|source| BindError { endpoint: ep.to_string(), source })?;
+            let actual = Endpoint { name: ep.name.clone(), host: ep.host.clone(), port: local.port() };
+            // Tests and scripts read this line to find a port-0 listener.
+            eprintln!("sluice listening on {}://{}", ep.name, local);
+            tracing::info!(listener = %ep.name, addr = %local, "listening");
+            bound.push(actual.clone());
+            listeners.push((actual, listener));
+        }
+        let advertised: Vec<Endpoint> = if broker.config.advertised_listeners.is_empty() {
+            bound
+                .into_iter()
+                .map(|mut e| {
+                    if e.host.is_empty() || e.host == "0.0.0.0" || e.host == "::" {
+                        e.host = "localhost".into();
+                    }
+                    e
+                })
+                .collect()
+        } else {
+            broker
+                .config
+                .advertised_listeners
+                .iter()
+                .map(|a| {
+                    let mut a = a.clone();
+                    if a.port == 0 {
+                        if let Some(b) = listeners.iter().find(|(b, _)| b.name == a.name) {
+                            a.port = b.0.port;
+                        }
+                    }
+                    a
+                })
+                .collect()
+        };
+        broker.set_advertised(advertised);
+        let max = broker.config.max_connections.min(Semaphore::MAX_PERMITS);
+        let sessions = broker.config.fetch_session_cache_slots;
+        Ok(Server {
+            broker,
+            listeners,
+            connections: Arc::new(Semaphore::new(max)),
+            per_ip: Arc::new(Mutex::new(HashMap::new())),
+            fetch_sessions: Arc::new(FetchSessionCache::new(sessions)),
+        })
+    }
+
+    /// Addresses actually bound, in listener order.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().filter_map(|(_, l)| l.local_addr().ok()).collect()
+    }
+
+    /// Accepts until `shutdown` resolves.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (endpoint, listener) in self.listeners {
+            let ctx = AcceptContext {
+                broker: self.broker.clone(),
+                connections: self.connections.clone(),
+                per_ip: self.per_ip.clone(),
+                fetch_sessions: self.fetch_sessions.clone(),
+            };
+            tasks.spawn(accept_loop(endpoint, listener, ctx));
+        }
+        shutdown.await;
+        tasks.abort_all();
+    }
+}
+
+#[derive(Clone)]
+struct AcceptContext {
+    broker: Arc<Broker>,
+    connections: Arc<Semaphore>,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    fetch_sessions: Arc<FetchSessionCache>,
+}
+
+async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptContext) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => {
+                backoff = Duration::from_millis(10);
+                x
+            }
+            Err(e) => {
+                tracing::error!(listener = %endpoint.name, error = %e, "accept failed; backing off");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let Ok(permit) = ctx.connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = ctx.broker.config.max_connections, "max.connections reached; closing new connection");
+            continue;
+        };
+        let slot = {
+            let mut t = ctx.per_ip.lock();
+            let n = t.entry(peer.ip()).or_insert(0);
+            if *n >= ctx.broker.config.max_connections_per_ip {
+                tracing::warn!(%peer, limit = ctx.broker.config.max_connections_per_ip, "max.connections.per.ip reached; closing new connection");
+                continue;
+            }
+            *n += 1;
+            IpSlot { ip: peer.ip(), table: ctx.per_ip.clone() }
+        };
+        let _ = stream.set_nodelay(true);
+        let broker = ctx.broker.clone();
+        let sessions = ctx.fetch_sessions.clone();
+        tokio::spawn(async move {
+            connection::serve(stream, peer, broker, sessions).await;
+            drop(slot);
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,229 @@
+//! One partition replica as the broker serves it: the log, the high watermark, the leader epoch,
+//! idempotent-producer state, and the wake-up for fetches waiting on new data.
+//!
+//! On a single node this broker is the leader of every partition and the ISR is itself, so the
+//! high watermark equals the log end offset after each append. Replication will move the high
+//! watermark to min(LEO over the ISR); readers already never see past it.
+//!
+//! # Invariants
+//! - The high watermark never goes backwards and never exceeds the log end offset.
+//! - Appends to one partition are serialised by the state lock; the producer-state check and
+//!   the append happen under the same lock so a duplicate can never slip between them.
+//! - A fetch that saw no data registers for [`Partition::appended`] *before* reading, so an append
+//!   between its read and its wait still wakes it.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::producer_state::{ProducerStateTable, SequenceCheck};
+use crate::log::{LogConfig, LogError, PartitionLog, ReadResult};
+use crate::protocol::record_batch::{BatchHeader, BatchIter};
+
+/// Result of a produce to one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub base_offset: i64,
+    pub log_append_time: i64,
+    pub log_start_offset: i64,
+    pub records: u64,
+    pub bytes: usize,
+}
+
+/// Why a produce to one partition was refused; each maps to a Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("producer epoch is older than the current one")]
+    InvalidProducerEpoch,
+    #[error("out of order sequence number")]
+    OutOfOrderSequence,
+    #[error("unknown producer id")]
+    UnknownProducerId,
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+}
+
+struct State {
+    log: PartitionLog,
+    producers: ProducerStateTable,
+}
+
+/// A partition this broker leads.
+pub struct Partition {
+    pub topic: Arc<str>,
+    pub index: i32,
+    pub topic_id: Uuid,
+    pub leader_epoch: i32,
+    state: Mutex<State>,
+    high_watermark: AtomicI64,
+    log_start_offset: AtomicI64,
+    /// Woken after every append (and on deletion) so long-polling fetches re-check.
+    pub appended: Notify,
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.index)
+    }
+}
+
+impl Partition {
+    /// Wraps an opened log, rebuilding producer state from its batch headers.
+    pub fn new(topic: Arc<str>, index: i32, topic_id: Uuid, log: PartitionLog) -> Result<Partition, LogError> {
+        let producers = rebuild_producer_state(&log)?;
+        let hw = log.log_end_offset();
+        let start = log.log_start_offset();
+        Ok(Partition {
+            topic,
+            index,
+            topic_id,
+            leader_epoch: 0,
+            state: Mutex::new(State { log, producers }),
+            high_watermark: AtomicI64::new(hw),
+            log_start_offset: AtomicI64::new(start),
+            appended: Notify::new(),
+        })
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark.load(Ordering::Acquire)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Acquire)
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.state.lock().log.log_end_offset()
+    }
+
+    /// Appends a produce request's records as leader. The buffer is rewritten in place
+    /// (offsets, leader epoch) before it reaches the log.
+    pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<Appended, AppendError> {
+        let mut st = self.state.lock();
+        // Idempotence: look at every batch header first; nothing is appended unless all pass.
+        let mut headers: Vec<BatchHeader> = Vec::new();
+        for item in BatchIter::new(records) {
+            let (h, _) = item.map_err(|e| AppendError::Corrupt(e.to_string()))?;
+            headers.push(h);
+        }
+        if let Some(first) = headers.first() {
+            match st.producers.check(first) {
+                SequenceCheck::Append => {}
+                SequenceCheck::Duplicate { first_offset, .. } => {
+                    return Ok(Appended {
+                        base_offset: first_offset,
+                        log_append_time: -1,
+                        log_start_offset: st.log.log_start_offset(),
+                        records: 0,
+                        bytes: 0,
+                    })
+                }
+                SequenceCheck::InvalidProducerEpoch => return Err(AppendError::InvalidProducerEpoch),
+                SequenceCheck::OutOfOrderSequence => return Err(AppendError::OutOfOrderSequence),
+                SequenceCheck::UnknownProducerId => return Err(AppendError::UnknownProducerId),
+            }
+        }
+        let info = st.log.append_as_leader(records, self.leader_epoch, now_ms)?;
+        for item in BatchIter::new(records) {
+            if let Ok((h, _)) = item {
+                st.producers.record(&h);
+            }
+        }
+        let leo = st.log.log_end_offset();
+        drop(st);
+        self.high_watermark.fetch_max(leo, Ordering::AcqRel);
+        self.appended.notify_waiters();
+        Ok(Appended {
+            base_offset: info.base_offset,
+            log_append_time: info.log_append_time,
+            log_start_offset: info.log_start_offset,
+            records: info.record_count,
+            bytes: info.bytes,
+        })
+    }
+
+    /// Reads whole batches from `offset`, never past the high watermark.
+    pub fn read(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<ReadResult, LogError> {
+        let hw = self.high_watermark();
+        self.state.lock().log.read(offset, max_bytes, hw, min_one_batch)
+    }
+
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        self.state.lock().log.offset_for_timestamp(timestamp)
+    }
+
+    pub fn max_timestamp_offset(&self) -> Result<Option<(i64, i64)>, LogError> {
+        self.state.lock().log.max_timestamp_offset()
+    }
+
+    /// DeleteRecords: `offset` must be at most the high watermark (checked by the caller).
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
+        let start = self.state.lock().log.delete_records_before(offset)?;
+        self.log_start_offset.fetch_max(start, Ordering::AcqRel);
+        Ok(start)
+    }
+
+    pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
+        let mut st = self.state.lock();
+        let n = st.log.enforce_retention(now_ms)?;
+        self.log_start_offset.fetch_max(st.log.log_start_offset(), Ordering::AcqRel);
+        Ok(n)
+    }
+
+    pub fn flush(&self) -> Result<(), LogError> {
+        self.state.lock().log.flush()
+    }
+
+    pub fn update_config(&self, config: LogConfig) {
+        self.state.lock().log.update_config(config);
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.state.lock().log.size_bytes()
+    }
+
+    /// Removes the partition's files; used by DeleteTopics after the partition is unreachable.
+    pub fn delete_files(self: Arc<Self>) -> Result<(), LogError> {
+        self.appended.notify_waiters();
+        match Arc::try_unwrap(self) {
+            Ok(p) => p.state.into_inner().log.delete_files(),
+            // Someone (a fetch in flight) still holds it: delete the directory directly.
+            Err(p) => {
+                let dir = p.state.lock().log.dir().to_path_buf();
+                std::fs::remove_dir_all(&dir).map_err(|source| LogError::Io { path: dir, source, op: "remove partition dir" })
+            }
+        }
+    }
+
+    pub fn log_dir(&self) -> std::path::PathBuf {
+        self.state.lock().log.dir().to_path_buf()
+    }
+}
+
+/// Replays batch headers to rebuild idempotent-producer state after a restart.
+fn rebuild_producer_state(log: &PartitionLog) -> Result<ProducerStateTable, LogError> {
+    // TODO(producer snapshots): this reads the whole log once at startup; Kafka snapshots the
+    // table at each segment roll so only the tail is replayed. Large logs start slower until then.
+    let mut table = ProducerStateTable::default();
+    let mut offset = log.log_start_offset();
+    let end = log.log_end_offset();
+    while offset < end {
+        let r = log.read(offset, 1 << 20, end, true)?;
+        let mut last: Option<i64> = None;
+        for (h, _) in BatchIter::new(&r.records).flatten() {
+            table.record(&h);
+            last = Some(h.next_offset());
+        }
+        match last {
+            Some(next) if next > offset => offset = next,
+            _ => break,
+        }
+    }
+    Ok(table)
+}
