@@ -1,0 +1,249 @@
+"""Fixtures that start the broker under test.
+
+TARGET=sluice (default): runs $SLUICE_BIN (default <repo>/target/release/sluice) as
+    sluice serve --override log.dirs=<dir> --override listeners=PLAINTEXT://127.0.0.1:<port|0> --override k=v ...
+  and waits (20s) for a stderr line containing "listening on PLAINTEXT://127.0.0.1:<port>".
+TARGET=kafka: runs real Apache Kafka (single-node KRaft) via compat/kafka/kafka-ref.sh
+  with the same overrides written into server.properties.
+  Tests marked sluice_only are skipped for TARGET=kafka unless SLUICE_ONLY_SELFCHECK=1
+  (then they run against Kafka too, which checks the test itself).
+
+A test module may set BROKER_OVERRIDES = {"key": "value"} to start its brokers with
+those configs. Fixtures:
+  broker          function-scoped, fresh data dir
+  module_broker   one broker shared by a module
+  broker_factory  make(overrides=None, target=None) -> Broker, several per test
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KAFKA_REF = REPO / "compat" / "kafka" / "kafka-ref.sh"
+TARGET = os.environ.get("TARGET", "sluice")
+LISTEN_RE = re.compile(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
+SLUICE_START_TIMEOUT = 20.0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sluice_bin():
+    b = os.environ.get("SLUICE_BIN", "target/release/sluice")
+    p = Path(b)
+    if not p.is_absolute():
+        p = REPO / p
+    return p
+
+
+class Broker:
+    """A broker process (sluice or Apache Kafka) on 127.0.0.1 with its own data dir."""
+
+    def __init__(self, workdir, target=TARGET, overrides=None, data_dir=None):
+        self.target = target
+        self.workdir = Path(workdir)
+        self.data_dir = Path(data_dir) if data_dir else self.workdir / "data"
+        self.log_dir = self.workdir / "logs"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.overrides = dict(overrides or {})
+        self.port = None
+        self.proc = None
+        self.stderr_lines = []
+        self._starts = 0
+
+    @property
+    def bootstrap(self):
+        return "127.0.0.1:%d" % self.port
+
+    def __repr__(self):
+        return "<Broker %s %s data=%s>" % (self.target, self.port and self.bootstrap, self.data_dir)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self, extra_overrides=None):
+        if extra_overrides:
+            self.overrides.update(extra_overrides)
+        self._starts += 1
+        if self.target == "sluice":
+            self._start_sluice()
+        elif self.target == "kafka":
+            self._start_kafka()
+        else:
+            raise ValueError("TARGET must be sluice or kafka, not %r" % self.target)
+        return self
+
+    def stop(self):
+        """Clean shutdown (SIGTERM, wait)."""
+        if self.target == "kafka":
+            self._ref("stop")
+            return
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+                raise AssertionError("sluice did not exit within 30s of SIGTERM")
+        self.proc = None
+
+    def kill9(self, restart=True):
+        """SIGKILL the broker, then (by default) start it again on the same port and data dir."""
+        if self.target == "kafka":
+            self._ref("kill9")
+        elif self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            self.proc = None
+        if restart:
+            self.start()
+
+    def restart(self, extra_overrides=None):
+        self.stop()
+        self.start(extra_overrides)
+
+    def close(self):
+        try:
+            if self.target == "kafka":
+                self._ref("kill9")
+            elif self.proc and self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        finally:
+            self.proc = None
+
+    def is_running(self):
+        if self.target == "kafka":
+            return subprocess.run([str(KAFKA_REF), "status", "--dir", str(self.data_dir),
+                                   "--state-dir", str(self.log_dir / "kafka-ref")],
+                                  capture_output=True).returncode == 0
+        return self.proc is not None and self.proc.poll() is None
+
+    # ------------------------------------------------------------ sluice
+    def _start_sluice(self):
+        binary = sluice_bin()
+        if not binary.exists():
+            pytest.fail("sluice binary not found at %s (build it, or set SLUICE_BIN / TARGET=kafka)" % binary)
+        args = [str(binary), "serve",
+                "--override", "log.dirs=%s" % self.data_dir,
+                "--override", "listeners=PLAINTEXT://127.0.0.1:%d" % (self.port or 0)]
+        for k, v in self.overrides.items():
+            args += ["--override", "%s=%s" % (k, v)]
+        logf = open(self.log_dir / ("sluice-%d.stderr.log" % self._starts), "w")
+        self.stderr_lines = []
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf,
+                                     stderr=subprocess.PIPE, cwd=str(self.workdir))
+        found = threading.Event()
+        port_box = []
+        lines = self.stderr_lines
+        proc = self.proc
+
+        def pump():
+            for raw in proc.stderr:
+                line = raw.decode("utf-8", "replace")
+                lines.append(line)
+                logf.write(line)
+                logf.flush()
+                if not found.is_set():
+                    m = LISTEN_RE.search(line)
+                    if m:
+                        port_box.append(int(m.group(1)))
+                        found.set()
+            found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.time() + SLUICE_START_TIMEOUT
+        while not found.is_set() and time.time() < deadline:
+            found.wait(0.1)
+        if not port_box:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            time.sleep(0.1)
+            pytest.fail("sluice did not print 'listening on PLAINTEXT://127.0.0.1:<port>' within %.0fs "
+                        "(exit code %s); args=%s\nstderr:\n%s"
+                        % (SLUICE_START_TIMEOUT, proc.returncode, args, "".join(lines)[-8000:]))
+        if self.port is not None and port_box[0] != self.port:
+            pytest.fail("sluice restarted on port %d, expected %d" % (port_box[0], self.port))
+        self.port = port_box[0]
+
+    # ------------------------------------------------------------ kafka
+    def _ref(self, cmd, *extra):
+        args = [str(KAFKA_REF), cmd, "--dir", str(self.data_dir),
+                "--state-dir", str(self.log_dir / "kafka-ref")] + list(extra)
+        r = subprocess.run(args, capture_output=True, text=True, timeout=180)
+        if r.returncode != 0 and cmd == "start":
+            pytest.fail("kafka-ref.sh start failed:\n%s\n%s" % (r.stdout, r.stderr))
+        return r
+
+    def _start_kafka(self):
+        if self.port is None:
+            self.port = free_port()
+        extra = ["--port", str(self.port)]
+        for k, v in self.overrides.items():
+            extra += ["--override", "%s=%s" % (k, v)]
+        self._ref("start", *extra)
+
+
+# ---------------------------------------------------------------- pytest glue
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sluice_only: test only meaningful against sluice (skipped for TARGET=kafka)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if TARGET != "sluice" and not os.environ.get("SLUICE_ONLY_SELFCHECK"):
+        skip = pytest.mark.skip(reason="sluice-only test (TARGET=%s)" % TARGET)
+        for item in items:
+            if "sluice_only" in item.keywords:
+                item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    where = sluice_bin() if TARGET == "sluice" else "compat/kafka/kafka-ref.sh"
+    return "broker under test: TARGET=%s (%s)" % (TARGET, where)
+
+
+def _module_overrides(request):
+    mod = getattr(request, "module", None)
+    return dict(getattr(mod, "BROKER_OVERRIDES", {}) or {})
+
+
+@pytest.fixture
+def broker_factory(tmp_path, request):
+    made = []
+
+    def make(overrides=None, target=None, start=True, data_dir=None):
+        ov = _module_overrides(request)
+        ov.update(overrides or {})
+        b = Broker(tmp_path / ("broker%d" % len(made)), target=target or TARGET, overrides=ov, data_dir=data_dir)
+        made.append(b)
+        if start:
+            b.start()
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+
+
+@pytest.fixture
+def broker(broker_factory):
+    return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory, request):
+    b = Broker(tmp_path_factory.mktemp("mbroker"), overrides=_module_overrides(request))
+    b.start()
+    yield b
+    b.close()

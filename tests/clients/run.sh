@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Run the client compatibility suite.
+#   tests/clients/run.sh [pytest args...]
+# Env: TARGET=sluice|kafka (default sluice), SLUICE_BIN (default target/release/sluice),
+#      KAFKA_VERSION (jars for kafka-ref / kafka-dump-log), SLUICE_ONLY_SELFCHECK=1.
+# Creates .cache/venv, installs tests/clients/requirements.txt, fetches the Kafka jars
+# (needed for TARGET=kafka, kafka-dump-log and the Kafka-log-dir test), then runs pytest.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.cache/venv"
+PY="${PYTHON:-python3}"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  "$PY" -m venv "$VENV"
+fi
+REQ="$ROOT/tests/clients/requirements.txt"
+STAMP="$VENV/.requirements.sha"
+SUM="$(sha256sum "$REQ" | cut -d' ' -f1)"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$SUM" ]]; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
+  echo "$SUM" >"$STAMP"
+fi
+"$ROOT/compat/kafka/fetch.sh" >/dev/null
+exec "$VENV/bin/pytest" "$ROOT/tests/clients" -q -p no:cacheprovider "$@"

@@ -1,0 +1,305 @@
+//! Wire-level behaviour of the real broker: framing bounds, version negotiation, error codes for
+//! bad input, and that a misbehaving connection never disturbs another.
+
+mod common;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use common::Broker;
+use indexmap::IndexMap;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::ResponseError;
+
+fn records(n: usize, producer_id: i64, seq: i32) -> Bytes {
+    let recs: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch: if producer_id >= 0 { 0 } else { -1 },
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if producer_id >= 0 { seq + i as i32 } else { -1 },
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(format!("v{i}"))),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+    buf.freeze()
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn create_topic(c: &mut common::Client, topic: &str, partitions: i32) {
+    let req = CreateTopicsRequest::default().with_topics(vec![create_topics_request::CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)]);
+    let resp = c.call(&req, 7);
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0].error_message);
+}
+
+fn produce(c: &mut common::Client, topic: &str, partition: i32, data: Bytes, acks: i16) -> produce_response::PartitionProduceResponse {
+    let req = ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
+        produce_request::TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+            produce_request::PartitionProduceData::default().with_index(partition).with_records(Some(data)),
+        ]),
+    ]);
+    let mut resp = c.call(&req, 9);
+    resp.responses.remove(0).partition_responses.remove(0)
+}
+
+#[test]
+fn unsupported_api_versions_version_gets_v0_error_with_supported_ranges() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    // ApiVersions v99 with a v2 header: the broker must answer in v0 framing.
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    buf.put_i16(18);
+    buf.put_i16(99);
+    buf.put_i32(7);
+    buf.put_i16(-1);
+    buf.put_u8(0);
+    let n = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&n.to_be_bytes());
+    c.send_raw(&buf);
+    let mut frame = c.read_frame().expect("a response");
+    use kafka_protocol::protocol::Decodable;
+    let header = ResponseHeader::decode(&mut frame, 0).unwrap();
+    assert_eq!(header.correlation_id, 7);
+    let resp = ApiVersionsResponse::decode(&mut frame, 0).unwrap();
+    assert_eq!(resp.error_code, ResponseError::UnsupportedVersion.code());
+    let av = resp.api_keys.iter().find(|k| k.api_key == 18).unwrap();
+    assert_eq!((av.min_version, av.max_version), (0, 4));
+    // The connection stays usable.
+    let ok = c.call(&ApiVersionsRequest::default(), 3);
+    assert_eq!(ok.error_code, 0);
+    let produce = ok.api_keys.iter().find(|k| k.api_key == 0).unwrap();
+    assert_eq!(produce.min_version, 0, "Produce must be advertised from v0 (librdkafka quirk)");
+}
+
+#[test]
+fn negative_and_oversized_frames_close_only_that_connection() {
+    let b = Broker::start(&["socket.request.max.bytes=1000"]);
+    let mut good = b.connect();
+    create_topic(&mut good, "t", 1);
+
+    let mut neg = b.connect();
+    neg.send_raw(&(-5i32).to_be_bytes());
+    assert!(neg.is_closed());
+
+    let mut big = b.connect();
+    big.send_raw(&1001i32.to_be_bytes());
+    assert!(big.is_closed());
+
+    let r = produce(&mut good, "t", 0, records(3, -1, 0), 1);
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+}
+
+#[test]
+fn unknown_api_key_and_unsupported_version_close_the_connection() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    let mut buf = BytesMut::new();
+    buf.put_i32(10);
+    buf.put_i16(9999);
+    buf.put_i16(0);
+    buf.put_i32(1);
+    buf.put_i16(-1);
+    c.send_raw(&buf);
+    assert!(c.is_closed());
+
+    // Produce v2 is advertised (v0 quirk) but refused like Kafka 4.x does.
+    let mut c = b.connect();
+    let req = ProduceRequest::default().with_acks(1);
+    let mut raw = c.encode(&req, 3);
+    raw[6..8].copy_from_slice(&2i16.to_be_bytes());
+    c.send_raw(&raw);
+    assert!(c.is_closed());
+}
+
+#[test]
+fn huge_array_count_does_not_allocate_or_crash() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    // Metadata v1: header then an array count of i32::MAX with no elements behind it.
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    buf.put_i16(3);
+    buf.put_i16(1);
+    buf.put_i32(1);
+    buf.put_i16(-1);
+    buf.put_i32(i32::MAX);
+    let n = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&n.to_be_bytes());
+    c.send_raw(&buf);
+    assert!(c.is_closed());
+    let mut other = b.connect();
+    assert_eq!(other.call(&ApiVersionsRequest::default(), 3).error_code, 0);
+}
+
+#[test]
+fn garbage_bytes_never_crash_the_broker() {
+    let b = Broker::start(&[]);
+    let mut seed: u64 = 0x9e3779b97f4a7c15;
+    for _ in 0..20 {
+        let mut c = b.connect();
+        let mut junk = Vec::with_capacity(4096);
+        for _ in 0..4096 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            junk.push(seed as u8);
+        }
+        // A plausible small size prefix so the junk reaches header and body decoding.
+        let size = (seed % 4000) as i32;
+        let _ = std::io::Write::write_all(&mut c.stream, &size.to_be_bytes());
+        let _ = std::io::Write::write_all(&mut c.stream, &junk);
+    }
+    let mut c = b.connect();
+    assert_eq!(c.call(&ApiVersionsRequest::default(), 3).error_code, 0);
+}
+
+#[test]
+fn produce_errors_use_kafka_codes() {
+    let b = Broker::start(&["message.max.bytes=2000"]);
+    let mut c = b.connect();
+    create_topic(&mut c, "t", 1);
+
+    let r = produce(&mut c, "missing", 0, records(1, -1, 0), 1);
+    assert_eq!(r.error_code, ResponseError::UnknownTopicOrPartition.code());
+    let r = produce(&mut c, "t", 5, records(1, -1, 0), 1);
+    assert_eq!(r.error_code, ResponseError::UnknownTopicOrPartition.code());
+
+    let mut bad = BytesMut::from(&records(2, -1, 0)[..]);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    let r = produce(&mut c, "t", 0, bad.freeze(), 1);
+    assert_eq!(r.error_code, ResponseError::CorruptMessage.code());
+
+    let r = produce(&mut c, "t", 0, records(500, -1, 0), 1);
+    assert_eq!(r.error_code, ResponseError::MessageTooLarge.code());
+
+    let r = produce(&mut c, "t", 0, records(1, -1, 0), 7);
+    assert_eq!(r.error_code, ResponseError::InvalidRequiredAcks.code());
+
+    // Nothing above was appended.
+    let r = produce(&mut c, "t", 0, records(1, -1, 0), 1);
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+}
+
+#[test]
+fn idempotent_retry_is_deduplicated_and_gaps_are_refused() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "t", 1);
+    let pid = c.call(&InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60000), 4);
+    assert_eq!(pid.error_code, 0);
+    let id = pid.producer_id.0;
+    assert!(id >= 0);
+
+    let first = produce(&mut c, "t", 0, records(3, id, 0), -1);
+    assert_eq!((first.error_code, first.base_offset), (0, 0));
+    let retry = produce(&mut c, "t", 0, records(3, id, 0), -1);
+    assert_eq!((retry.error_code, retry.base_offset), (0, 0), "a retried batch is acknowledged at its original offset");
+    let gap = produce(&mut c, "t", 0, records(1, id, 7), -1);
+    assert_eq!(gap.error_code, ResponseError::OutOfOrderSequenceNumber.code());
+    let next = produce(&mut c, "t", 0, records(1, id, 3), -1);
+    assert_eq!((next.error_code, next.base_offset), (0, 3));
+}
+
+#[test]
+fn acks_zero_gets_no_response_but_is_appended() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "t", 1);
+    let req = ProduceRequest::default().with_acks(0).with_timeout_ms(1000).with_topic_data(vec![
+        produce_request::TopicProduceData::default().with_name(name("t")).with_partition_data(vec![
+            produce_request::PartitionProduceData::default().with_index(0).with_records(Some(records(4, -1, 0))),
+        ]),
+    ]);
+    let raw = c.encode(&req, 9);
+    c.send_raw(&raw);
+    // The next response on the connection belongs to the next request.
+    let lo = c.call(
+        &ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+            .with_name(name("t"))
+            .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]),
+        7,
+    );
+    assert_eq!(lo.topics[0].partitions[0].offset, 4);
+}
+
+#[test]
+fn create_topics_rejects_bad_names_duplicates_and_replication_factor() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "exists", 1);
+    let t = |n: &str, p: i32, rf: i16| {
+        create_topics_request::CreatableTopic::default().with_name(name(n)).with_num_partitions(p).with_replication_factor(rf)
+    };
+    let resp = c.call(
+        &CreateTopicsRequest::default().with_topics(vec![
+            t("exists", 1, 1),
+            t("bad name", 1, 1),
+            t("rf3", 1, 3),
+            t("zero", 0, 1),
+            t("badcfg", 1, 1).with_configs(vec![create_topics_request::CreatableTopicConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("soon")))]),
+        ]),
+        7,
+    );
+    let codes: Vec<i16> = resp.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(
+        codes,
+        vec![
+            ResponseError::TopicAlreadyExists.code(),
+            ResponseError::InvalidTopicException.code(),
+            ResponseError::InvalidReplicationFactor.code(),
+            ResponseError::InvalidPartitions.code(),
+            ResponseError::InvalidConfig.code(),
+        ]
+    );
+}
+
+#[test]
+fn fetch_long_poll_is_woken_by_an_append() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "t", 1);
+    let addr = b.addr.clone();
+    let producer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut p = common::Client::connect_to(&addr);
+        produce(&mut p, "t", 0, records(2, -1, 0), 1)
+    });
+    let started = std::time::Instant::now();
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(20_000)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name("t")).with_partitions(vec![
+            fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20),
+        ])]);
+    let resp = c.call(&req, 12);
+    let waited = started.elapsed();
+    assert_eq!(producer.join().unwrap().error_code, 0);
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    assert_eq!(p.high_watermark, 2);
+    assert!(p.records.as_ref().map(|r| !r.is_empty()).unwrap_or(false));
+    // Woken by the append, long before max_wait_ms.
+    assert!(waited < std::time::Duration::from_secs(10), "fetch waited {waited:?}");
+}
