@@ -501,3 +501,106 @@ proptest! {
         }
     }
 }
+
+/// Wraps the std backend and fails writes and/or fsyncs on demand.
+#[derive(Debug, Clone, Default)]
+struct Faults {
+    write: Arc<std::sync::atomic::AtomicBool>,
+    sync: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Faults {
+    fn set(flag: &std::sync::atomic::AtomicBool, on: bool) {
+        flag.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn check(flag: &std::sync::atomic::AtomicBool) -> std::io::Result<()> {
+        if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected I/O failure"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct FaultyBackend(Faults);
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Box<dyn crate::log::SegmentFile>,
+    faults: Faults,
+}
+
+impl IoBackend for FaultyBackend {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+    fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::log::SegmentFile>> {
+        Ok(Box::new(FaultyFile { inner: crate::log::io::StdBackend.open(path)?, faults: self.0.clone() }))
+    }
+}
+
+impl crate::log::SegmentFile for FaultyFile {
+    fn write_at(&self, pos: u64, data: &[u8]) -> std::io::Result<()> {
+        Faults::check(&self.faults.write)?;
+        self.inner.write_at(pos, data)
+    }
+    fn read_at(&self, pos: u64, len: usize) -> std::io::Result<bytes::Bytes> {
+        self.inner.read_at(pos, len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        Faults::check(&self.faults.sync)?;
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+#[test]
+fn failed_write_or_fsync_poisons_the_log_until_reopen() {
+    let faults = Faults::default();
+    let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default(), &io);
+    log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0).unwrap();
+    Faults::set(&faults.write, true);
+    match log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0) {
+        Err(LogError::Io { path, op, .. }) => {
+            assert!(path.ends_with("00000000000000000000.log"), "{path:?}");
+            assert_eq!(op, "append");
+        }
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    Faults::set(&faults.write, false);
+    assert!(log.is_poisoned());
+    assert!(matches!(log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0), Err(LogError::Poisoned { .. })));
+    assert!(matches!(log.flush(), Err(LogError::Poisoned { .. })));
+    drop(log);
+
+    let mut log = open(dir.path(), LogConfig::default(), &io);
+    Faults::set(&faults.sync, true);
+    assert!(matches!(log.flush(), Err(LogError::Io { op: "fsync", .. })));
+    Faults::set(&faults.sync, false);
+    assert!(matches!(log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0), Err(LogError::Poisoned { .. })));
+    drop(log);
+    let mut log = open(dir.path(), LogConfig::default(), &io);
+    assert_eq!(log.log_end_offset(), 2);
+    assert_eq!(log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0).unwrap().base_offset, 2);
+}
+
+#[test]
+fn flush_messages_setting_triggers_fsync_after_enough_records() {
+    let faults = Faults::default();
+    let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { flush_interval_messages: 3, ..LogConfig::default() };
+    let mut log = open(dir.path(), cfg, &io);
+    Faults::set(&faults.sync, true);
+    log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0).unwrap(); // 2 < 3: no fsync
+    // 4 >= 3 records: the write succeeds and the fsync it triggers fails, proving it ran.
+    assert!(matches!(log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0), Err(LogError::Io { op: "fsync", .. })));
+    assert!(log.is_poisoned());
+}
