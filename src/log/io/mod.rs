@@ -35,6 +35,9 @@ pub trait IoBackend: Send + Sync + fmt::Debug {
 }
 
 /// One open `.log` file. All offsets are absolute file positions.
+// `len` is a fallible stat of the file, not a container size; an `is_empty` would only invite
+// callers to ignore the error.
+#[allow(clippy::len_without_is_empty)]
 pub trait SegmentFile: Send + Sync + fmt::Debug {
     /// Writes all of `data` at `pos` (short writes are retried internally).
     fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()>;
