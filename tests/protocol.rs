@@ -22,7 +22,8 @@ fn records(n: usize, producer_id: i64, seq: i32) -> Bytes {
             producer_epoch: if producer_id >= 0 { 0 } else { -1 },
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: if producer_id >= 0 { seq + i as i32 } else { -1 },
+            // offset - sequence must stay constant for the encoder to keep one batch.
+            sequence: if producer_id >= 0 { seq + i as i32 } else { i as i32 - 1 },
             timestamp: 1_700_000_000_000 + i as i64,
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::from(format!("v{i}"))),
@@ -186,11 +187,19 @@ fn produce_errors_use_kafka_codes() {
     let r = produce(&mut c, "t", 0, bad.freeze(), 1);
     assert_eq!(r.error_code, ResponseError::CorruptMessage.code());
 
-    let r = produce(&mut c, "t", 0, records(500, -1, 0), 1);
+    let big = records(500, -1, 0);
+    assert!(big.len() > 2000);
+    let r = produce(&mut c, "t", 0, big, 1);
     assert_eq!(r.error_code, ResponseError::MessageTooLarge.code());
 
     let r = produce(&mut c, "t", 0, records(1, -1, 0), 7);
     assert_eq!(r.error_code, ResponseError::InvalidRequiredAcks.code());
+
+    // Produce v3+ carries exactly one batch per partition.
+    let mut two = BytesMut::from(&records(1, -1, 0)[..]);
+    two.extend_from_slice(&records(1, -1, 0));
+    let r = produce(&mut c, "t", 0, two.freeze(), 1);
+    assert_eq!(r.error_code, ResponseError::InvalidRecord.code());
 
     // Nothing above was appended.
     let r = produce(&mut c, "t", 0, records(1, -1, 0), 1);

@@ -23,6 +23,7 @@ fn append_error(e: &AppendError) -> (ResponseError, String) {
         AppendError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
         AppendError::UnknownProducerId => ResponseError::UnknownProducerId,
         AppendError::Corrupt(_) => ResponseError::CorruptMessage,
+        AppendError::InvalidRecord(_) => ResponseError::InvalidRecord,
         AppendError::Log(LogError::Validation(v)) => match v {
             ProduceValidationError::CorruptMessage(_) => ResponseError::CorruptMessage,
             ProduceValidationError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,

@@ -156,7 +156,7 @@ impl Broker {
             let max = *parts.keys().max().unwrap_or(&0);
             let mut id: Option<Uuid> = None;
             for dir in parts.values() {
-                if let Ok(Some(found_id)) = log::partition_metadata::read(dir) {
+                if let Ok(Some(found_id)) = log::partition_metadata::read_partition_metadata(dir) {
                     id = Some(found_id);
                     break;
                 }
@@ -199,8 +199,8 @@ impl Broker {
     ) -> Result<Arc<Partition>, BrokerError> {
         let wrap = |source| BrokerError::OpenPartition { topic: topic.to_string(), partition: p, source };
         let log = PartitionLog::open(dir, config, self.io.clone()).map_err(wrap)?;
-        if let Ok(None) = log::partition_metadata::read(dir) {
-            if let Err(e) = log::partition_metadata::write(dir, id) {
+        if let Ok(None) = log::partition_metadata::read_partition_metadata(dir) {
+            if let Err(e) = log::partition_metadata::write_partition_metadata(dir, id) {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not write partition.metadata");
             }
         }

@@ -1,59 +1,94 @@
-//! TEMPORARY in-memory stub of the partition log (replaced by the real module).
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use bytes::Bytes;
-use crate::protocol::record_batch::*;
-#[derive(Debug, Clone)]
-pub struct LogConfig { pub segment_bytes: u64, pub segment_ms: i64, pub index_interval_bytes: u32, pub retention_ms: i64, pub retention_bytes: i64, pub flush_interval_messages: u64, pub flush_interval_ms: i64, pub max_message_bytes: usize, pub message_timestamp_type_log_append: bool }
-impl Default for LogConfig { fn default() -> Self { LogConfig { segment_bytes: 1<<30, segment_ms: 604800000, index_interval_bytes: 4096, retention_ms: 604800000, retention_bytes: -1, flush_interval_messages: u64::MAX, flush_interval_ms: i64::MAX, max_message_bytes: 1048588, message_timestamp_type_log_append: false } } }
-#[derive(Debug)]
-pub struct AppendInfo { pub base_offset: i64, pub last_offset: i64, pub log_append_time: i64, pub log_start_offset: i64, pub record_count: u64, pub batch_count: u32, pub bytes: usize }
-pub struct ReadResult { pub records: Bytes, pub log_start_offset: i64, pub log_end_offset: i64 }
-#[derive(Debug, thiserror::Error)]
-pub enum LogError { #[error("io {path}")] Io { path: PathBuf, #[source] source: std::io::Error, op: &'static str }, #[error("out of range {offset}")] OffsetOutOfRange { offset: i64, log_start: i64, log_end: i64 }, #[error(transparent)] Validation(#[from] ProduceValidationError), #[error("poisoned")] Poisoned { path: PathBuf } }
-#[derive(Debug, Clone, Copy)] pub enum IoBackendChoice { Auto, Uring, Std }
-pub trait IoBackend: Send + Sync + std::fmt::Debug { fn name(&self) -> &'static str; }
-#[derive(Debug)] struct StdIo; impl IoBackend for StdIo { fn name(&self) -> &'static str { "std" } }
-pub fn select_backend(_c: IoBackendChoice) -> std::io::Result<Arc<dyn IoBackend>> { Ok(Arc::new(StdIo)) }
-pub struct PartitionLog { dir: PathBuf, batches: Vec<(i64, i64, i64, Bytes)>, start: i64, end: i64, config: LogConfig }
-impl PartitionLog {
-  pub fn open(dir: &Path, config: LogConfig, _io: Arc<dyn IoBackend>) -> Result<PartitionLog, LogError> { std::fs::create_dir_all(dir).map_err(|e| LogError::Io { path: dir.into(), source: e, op: "mkdir" })?; Ok(PartitionLog { dir: dir.into(), batches: vec![], start: 0, end: 0, config }) }
-  pub fn log_start_offset(&self) -> i64 { self.start }
-  pub fn log_end_offset(&self) -> i64 { self.end }
-  pub fn set_log_start_offset(&mut self, o: i64) { self.start = o.clamp(self.start, self.end) }
-  pub fn append_as_leader(&mut self, records: &mut [u8], epoch: i32, now_ms: i64) -> Result<AppendInfo, LogError> {
-    let hs = validate_produce_records(records, self.config.max_message_bytes)?;
-    let base = self.end; let mut pos = 0; let mut n = 0u64;
-    for h in &hs { let b = &mut records[pos..pos + h.total_size()]; set_base_offset(b, self.end); b[12..16].copy_from_slice(&epoch.to_be_bytes());
-      self.batches.push((self.end, self.end + h.last_offset_delta as i64, h.max_timestamp, Bytes::copy_from_slice(b))); self.end += h.last_offset_delta as i64 + 1; n += h.records_count as u64; pos += h.total_size(); }
-    let _ = now_ms;
-    Ok(AppendInfo { base_offset: base, last_offset: self.end - 1, log_append_time: -1, log_start_offset: self.start, record_count: n, batch_count: hs.len() as u32, bytes: records.len() })
-  }
-  pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one: bool) -> Result<ReadResult, LogError> {
-    if offset < self.start || offset > self.end { return Err(LogError::OffsetOutOfRange { offset, log_start: self.start, log_end: self.end }) }
-    let mut out = bytes::BytesMut::new();
-    for (b, l, _, data) in &self.batches { if *l < offset { continue } if *l >= max_offset { break } if out.len() + data.len() > max_bytes && !(min_one && out.is_empty()) { break } let _ = b; out.extend_from_slice(data); }
-    Ok(ReadResult { records: out.freeze(), log_start_offset: self.start, log_end_offset: self.end })
-  }
-  pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> { Ok(self.batches.iter().find(|b| b.2 >= ts && b.1 >= self.start).map(|b| (b.0.max(self.start), b.2))) }
-  pub fn max_timestamp_offset(&self) -> Result<Option<(i64, i64)>, LogError> { Ok(self.batches.iter().max_by_key(|b| b.2).map(|b| (b.1, b.2))) }
-  pub fn delete_records_before(&mut self, o: i64) -> Result<i64, LogError> { if o > self.start { self.start = o.min(self.end) } Ok(self.start) }
-  pub fn enforce_retention(&mut self, _now: i64) -> Result<usize, LogError> { Ok(0) }
-  pub fn flush(&mut self) -> Result<(), LogError> { Ok(()) }
-  pub fn size_bytes(&self) -> u64 { self.batches.iter().map(|b| b.3.len() as u64).sum() }
-  pub fn segment_count(&self) -> usize { 1 }
-  pub fn dir(&self) -> &Path { &self.dir }
-  pub fn update_config(&mut self, c: LogConfig) { self.config = c }
-  pub fn delete_files(self) -> Result<(), LogError> { let _ = std::fs::remove_dir_all(&self.dir); Ok(()) }
+//! The partition log: segments, offset/time indexes, recovery, retention and leader epochs.
+//!
+//! Owns everything under one partition directory `<topic>-<partition>/` plus the text formats
+//! of the log-dir-level offset checkpoints. Does not own replication state (high watermark,
+//! ISR), producer-state snapshots, `.txnindex` or compaction (files it does not know are left
+//! alone).
+//!
+//! # On-disk layout (byte-compatible with Apache Kafka 4.x)
+//! ```text
+//!  orders-3/
+//!    00000000000000000000.log        record batches exactly as on the wire, back to back
+//!    00000000000000000000.index      8-byte entries: relativeOffset u32 BE | position u32 BE
+//!    00000000000000000000.timeindex  12-byte entries: timestamp i64 BE | relativeOffset u32 BE
+//!    00000000000000368769.log        next segment: name = base offset, %020d
+//!    …
+//!    leader-epoch-checkpoint         "0\n<N>\n" then N lines "<epoch> <startOffset>"
+//!    partition.metadata              "version: 0\ntopic_id: <base64url uuid, no padding>\n"
+//! ```
+//! An offset index entry is written when more than `index_interval_bytes` were appended since
+//! the previous one; it maps the LAST offset of the batch being appended to the position where
+//! that batch starts (what Kafka writes). A time index entry `(max timestamp so far, offset of
+//! that batch)` is written at the same moment, only when the timestamp grew, and once more when
+//! a segment is rolled.
+//!
+//! # Invariants
+//! - Segments are sorted by base offset; every batch in a segment has offsets >= its base and
+//!   below the next segment's base; relative offsets fit in u32 and positions in u32.
+//! - Only the last ("active") segment is written; rolled segments are immutable.
+//! - `log_start_offset <= log_end_offset`; the active segment is never deleted by retention.
+//! - Index entries are strictly increasing in offset and position (time index: in timestamp),
+//!   and every position points at a batch boundary inside the `.log` file.
+//!
+//! # Durability and recovery
+//! Appends go to the page cache; `flush` (driven by `flush.messages`/`flush.ms`, roll and clean
+//! shutdown) fdatasyncs the `.log` and the indexes. A failed write or fsync poisons the
+//! [`PartitionLog`]: further appends fail with [`LogError::Poisoned`] until it is reopened and
+//! recovered. On open the active segment is scanned batch by batch (length, CRC, offsets); the
+//! first bad byte and everything after it is truncated with a `warn!` naming the file, position
+//! and bytes dropped, and its indexes are rebuilt. Older segments are trusted, but a missing or
+//! malformed index is rebuilt from the `.log`. Checkpoint files are written to `<name>.tmp`,
+//! fsynced, renamed over the old file and the directory is fsynced.
+pub mod checkpoint;
+pub mod config;
+pub mod epoch;
+pub mod error;
+pub mod index;
+pub mod io;
+pub mod partition;
+pub mod partition_metadata;
+pub mod segment;
+
+pub use checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
+pub use config::LogConfig;
+pub use epoch::LeaderEpochCache;
+pub use error::LogError;
+pub use io::{select_backend, IoBackend, IoBackendChoice, SegmentFile};
+pub use partition::{AppendInfo, PartitionLog, ReadResult};
+pub use partition_metadata::{read_partition_metadata, write_partition_metadata};
+
+/// Splits a partition directory name `<topic>-<partition>` into its parts.
+///
+/// Rejects names Kafka uses for directories pending deletion or future replicas
+/// (`x-3.<uuid>-delete`, `x-3.<uuid>-future`, `x-3.<uuid>-stray`), an empty topic,
+/// and a partition that is not a non-negative decimal number.
+pub fn parse_partition_dir_name(name: &str) -> Option<(String, i32)> {
+    let (topic, partition) = name.rsplit_once('-')?;
+    if topic.is_empty() || partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        return None;
+    }
+    let partition: i32 = partition.parse().ok()?;
+    Some((topic.to_string(), partition))
 }
-pub fn parse_partition_dir_name(name: &str) -> Option<(String, i32)> { let (t, p) = name.rsplit_once('-')?; if t.is_empty() { return None } let p: i32 = p.parse().ok()?; if p < 0 || p.to_string() != name[t.len()+1..] { return None } Some((t.to_string(), p)) }
-pub mod partition_metadata {
-  use std::path::Path;
-  pub fn read(_dir: &Path) -> std::io::Result<Option<uuid::Uuid>> { Ok(None) }
-  pub fn write(_dir: &Path, _id: uuid::Uuid) -> std::io::Result<()> { Ok(()) }
-}
-pub mod checkpoint {
-  use std::path::Path;
-  pub fn read(_path: &Path) -> std::io::Result<Vec<(String, i32, i64)>> { Ok(vec![]) }
-  pub fn write(_path: &Path, _entries: &[(String, i32, i64)]) -> std::io::Result<()> { Ok(()) }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_dir_names_parse_like_kafka() {
+        assert_eq!(parse_partition_dir_name("my-topic-3"), Some(("my-topic".into(), 3)));
+        assert_eq!(parse_partition_dir_name("t-0"), Some(("t".into(), 0)));
+        assert_eq!(parse_partition_dir_name("__consumer_offsets-49"), Some(("__consumer_offsets".into(), 49)));
+        assert_eq!(parse_partition_dir_name("x-3.abc-delete"), None);
+        assert_eq!(parse_partition_dir_name("x-3.abc-future"), None);
+        assert_eq!(parse_partition_dir_name("-1"), None);
+        assert_eq!(parse_partition_dir_name("topic"), None);
+        assert_eq!(parse_partition_dir_name("topic-"), None);
+        assert_eq!(parse_partition_dir_name("topic--1"), Some(("topic-".into(), 1)));
+        assert_eq!(parse_partition_dir_name("t-99999999999"), None);
+    }
 }

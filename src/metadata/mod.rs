@@ -19,10 +19,8 @@
 //! leaves either the old or the new version.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use base64::Engine;
 use uuid::Uuid;
 
 /// An I/O failure with the file it concerned.
@@ -37,6 +35,8 @@ pub enum MetadataError {
     },
     #[error("{path}: {reason}")]
     Invalid { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Log(#[from] crate::log::LogError),
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> MetadataError + 'a {
@@ -44,15 +44,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 }
 
 /// Kafka's textual form of a topic id: URL-safe base64 of the 16 bytes, no padding.
-pub fn kafka_uuid_string(id: Uuid) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
-}
-
-/// Parses Kafka's textual uuid form.
-pub fn parse_kafka_uuid(s: &str) -> Option<Uuid> {
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s.trim()).ok()?;
-    Uuid::from_slice(&bytes).ok()
-}
+pub use crate::log::partition_metadata::{topic_id_from_str as parse_kafka_uuid, topic_id_to_string as kafka_uuid_string};
 
 /// A random id that is neither nil nor Kafka's reserved "metadata topic" id, and whose textual
 /// form does not start with '-' (Kafka's rule, so it is never mistaken for a CLI flag).
@@ -65,19 +57,9 @@ pub fn new_topic_id() -> Uuid {
     }
 }
 
-/// Writes `contents` to `path` atomically.
-pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), MetadataError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
-    f.write_all(contents).map_err(io_err("write", &tmp))?;
-    f.sync_all().map_err(io_err("fsync", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err("rename", path))?;
-    if let Some(dir) = path.parent() {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
+/// Writes `contents` to `path` atomically (temp file, fsync, rename, fsync the directory).
+fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), MetadataError> {
+    Ok(crate::log::checkpoint::write_atomically(path, contents)?)
 }
 
 /// Loads the cluster id from the log dirs' `meta.properties`, writing the file where it is

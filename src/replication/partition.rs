@@ -46,6 +46,8 @@ pub enum AppendError {
     UnknownProducerId,
     #[error("corrupt record batch: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    InvalidRecord(String),
 }
 
 struct State {
@@ -111,6 +113,14 @@ impl Partition {
         for item in BatchIter::new(records) {
             let (h, _) = item.map_err(|e| AppendError::Corrupt(e.to_string()))?;
             headers.push(h);
+        }
+        // Kafka: produce v3+ carries exactly one batch per partition; it is what makes the
+        // per-batch sequence check below complete.
+        if headers.len() != 1 {
+            return Err(AppendError::InvalidRecord(format!(
+                "produce requests must contain exactly one record batch per partition, got {}",
+                headers.len()
+            )));
         }
         if let Some(first) = headers.first() {
             match st.producers.check(first) {

@@ -1,0 +1,282 @@
+//! Offset and time indexes of one segment.
+//!
+//! ```text
+//!  .index      entry = relativeOffset u32 BE | position u32 BE             (8 bytes)
+//!  .timeindex  entry = timestamp i64 BE | relativeOffset u32 BE            (12 bytes)
+//! ```
+//! `relativeOffset = offset - segment base offset`. Entries are kept in memory (a 1 GiB segment
+//! with the default 4 KiB interval has ~256 Ki entries, 2 MiB) and appended to the file as they
+//! are created; files are written at their exact size (Kafka preallocates and trims on roll;
+//! both forms read back correctly here).
+//!
+//! # Loading
+//! Kafka preallocates the active segment's index files, so a file may end in all-zero entries:
+//! trailing zero entries are ignored. Anything else that is not strictly increasing, or points
+//! past the `.log` file, makes the whole index "malformed" and the caller rebuilds it from the
+//! log.
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::error::LogError;
+
+/// Index files larger than this are treated as malformed rather than read into memory
+/// (Kafka's `segment.index.bytes` default is 10 MiB).
+const MAX_INDEX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Why an index file was not usable as it is.
+#[derive(Debug)]
+pub enum IndexLoad<T> {
+    Loaded(Vec<T>),
+    Missing,
+    Malformed(String),
+}
+
+/// Reads an index file of fixed-size entries, dropping trailing all-zero entries.
+fn read_entries(path: &Path, entry_len: usize) -> Result<Option<Vec<u8>>, String> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("open failed: {e}")),
+    };
+    let len = file.metadata().map_err(|e| format!("stat failed: {e}"))?.len();
+    if len > MAX_INDEX_FILE_BYTES {
+        return Err(format!("file is {len} bytes, larger than any index we write"));
+    }
+    if len % entry_len as u64 != 0 {
+        return Err(format!("length {len} is not a multiple of {entry_len}"));
+    }
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, 0).map_err(|e| format!("read failed: {e}"))?;
+    let mut used = buf.len();
+    while used >= entry_len && buf[used - entry_len..used].iter().all(|&b| b == 0) {
+        used -= entry_len;
+    }
+    buf.truncate(used);
+    Ok(Some(buf))
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<File, LogError> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| LogError::io(path, "create index", e))?;
+    f.write_all_at(bytes, 0).map_err(|e| LogError::io(path, "write index", e))?;
+    Ok(f)
+}
+
+/// `.index`: relative offset -> file position of the batch whose last offset it is.
+#[derive(Debug)]
+pub struct OffsetIndex {
+    path: PathBuf,
+    entries: Vec<(u32, u32)>,
+    file: File,
+}
+
+impl OffsetIndex {
+    /// Loads and validates the index against a `.log` of `log_size` bytes.
+    pub fn load(path: &Path, log_size: u64) -> IndexLoad<(u32, u32)> {
+        let buf = match read_entries(path, 8) {
+            Ok(Some(b)) => b,
+            Ok(None) => return IndexLoad::Missing,
+            Err(reason) => return IndexLoad::Malformed(reason),
+        };
+        let mut entries = Vec::with_capacity(buf.len() / 8);
+        for c in buf.chunks_exact(8) {
+            let rel = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+            let pos = u32::from_be_bytes([c[4], c[5], c[6], c[7]]);
+            if u64::from(pos) >= log_size {
+                return IndexLoad::Malformed(format!("position {pos} is beyond the log size {log_size}"));
+            }
+            if let Some(&(prel, ppos)) = entries.last() {
+                if rel <= prel || pos <= ppos {
+                    return IndexLoad::Malformed(format!("entry ({rel}, {pos}) does not follow ({prel}, {ppos})"));
+                }
+            }
+            entries.push((rel, pos));
+        }
+        IndexLoad::Loaded(entries)
+    }
+
+    /// Writes `entries` as the whole file and keeps it open for appends.
+    pub fn create(path: &Path, entries: Vec<(u32, u32)>) -> Result<OffsetIndex, LogError> {
+        let mut bytes = Vec::with_capacity(entries.len() * 8);
+        for (rel, pos) in &entries {
+            bytes.extend_from_slice(&rel.to_be_bytes());
+            bytes.extend_from_slice(&pos.to_be_bytes());
+        }
+        let file = write_file(path, &bytes)?;
+        Ok(OffsetIndex { path: path.to_path_buf(), entries, file })
+    }
+
+    pub fn entries(&self) -> &[(u32, u32)] {
+        &self.entries
+    }
+
+    pub fn last(&self) -> Option<(u32, u32)> {
+        self.entries.last().copied()
+    }
+
+    pub fn append(&mut self, rel: u32, pos: u32) -> Result<(), LogError> {
+        if self.entries.last().is_some_and(|&(r, p)| rel <= r || pos <= p) {
+            return Ok(()); // never break monotonicity; a skipped entry only costs scan time
+        }
+        let mut e = [0u8; 8];
+        e[..4].copy_from_slice(&rel.to_be_bytes());
+        e[4..].copy_from_slice(&pos.to_be_bytes());
+        let at = (self.entries.len() * 8) as u64;
+        self.file.write_all_at(&e, at).map_err(|err| LogError::io(&self.path, "append index", err))?;
+        self.entries.push((rel, pos));
+        Ok(())
+    }
+
+    /// Largest entry with relative offset <= `rel`: where to start scanning for `rel`.
+    pub fn lookup(&self, rel: u32) -> Option<(u32, u32)> {
+        let i = self.entries.partition_point(|&(r, _)| r <= rel);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
+    pub fn sync(&self) -> Result<(), LogError> {
+        self.file.sync_data().map_err(|e| LogError::io(&self.path, "fsync index", e))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// `.timeindex`: max timestamp seen so far -> relative offset of the batch that carried it.
+#[derive(Debug)]
+pub struct TimeIndex {
+    path: PathBuf,
+    entries: Vec<(i64, u32)>,
+    file: File,
+}
+
+impl TimeIndex {
+    pub fn load(path: &Path) -> IndexLoad<(i64, u32)> {
+        let buf = match read_entries(path, 12) {
+            Ok(Some(b)) => b,
+            Ok(None) => return IndexLoad::Missing,
+            Err(reason) => return IndexLoad::Malformed(reason),
+        };
+        let mut entries: Vec<(i64, u32)> = Vec::with_capacity(buf.len() / 12);
+        for c in buf.chunks_exact(12) {
+            let mut ts = [0u8; 8];
+            ts.copy_from_slice(&c[..8]);
+            let ts = i64::from_be_bytes(ts);
+            let rel = u32::from_be_bytes([c[8], c[9], c[10], c[11]]);
+            if let Some(&(pts, prel)) = entries.last() {
+                if ts <= pts || rel < prel {
+                    return IndexLoad::Malformed(format!("entry ({ts}, {rel}) does not follow ({pts}, {prel})"));
+                }
+            }
+            entries.push((ts, rel));
+        }
+        IndexLoad::Loaded(entries)
+    }
+
+    pub fn create(path: &Path, entries: Vec<(i64, u32)>) -> Result<TimeIndex, LogError> {
+        let mut bytes = Vec::with_capacity(entries.len() * 12);
+        for (ts, rel) in &entries {
+            bytes.extend_from_slice(&ts.to_be_bytes());
+            bytes.extend_from_slice(&rel.to_be_bytes());
+        }
+        let file = write_file(path, &bytes)?;
+        Ok(TimeIndex { path: path.to_path_buf(), entries, file })
+    }
+
+    pub fn entries(&self) -> &[(i64, u32)] {
+        &self.entries
+    }
+
+    pub fn last(&self) -> Option<(i64, u32)> {
+        self.entries.last().copied()
+    }
+
+    /// Appends only when `ts` is larger than the last entry's timestamp (Kafka's maybeAppend).
+    pub fn maybe_append(&mut self, ts: i64, rel: u32) -> Result<(), LogError> {
+        if self.entries.last().is_some_and(|&(t, r)| ts <= t || rel < r) {
+            return Ok(());
+        }
+        let mut e = [0u8; 12];
+        e[..8].copy_from_slice(&ts.to_be_bytes());
+        e[8..].copy_from_slice(&rel.to_be_bytes());
+        let at = (self.entries.len() * 12) as u64;
+        self.file.write_all_at(&e, at).map_err(|err| LogError::io(&self.path, "append time index", err))?;
+        self.entries.push((ts, rel));
+        Ok(())
+    }
+
+    /// Largest entry with timestamp strictly below `ts`: every record at or before its offset
+    /// is older than `ts`, so a search for `ts` may start at that offset's batch.
+    pub fn lookup_before(&self, ts: i64) -> Option<(i64, u32)> {
+        let i = self.entries.partition_point(|&(t, _)| t < ts);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
+    pub fn sync(&self) -> Result<(), LogError> {
+        self.file.sync_data().map_err(|e| LogError::io(&self.path, "fsync time index", e))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_index_ignores_trailing_zero_entries_from_preallocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("0.index");
+        let mut bytes = Vec::new();
+        for (r, pos) in [(3u32, 4100u32), (9, 8300)] {
+            bytes.extend_from_slice(&r.to_be_bytes());
+            bytes.extend_from_slice(&pos.to_be_bytes());
+        }
+        bytes.resize(bytes.len() + 8 * 100, 0);
+        std::fs::write(&p, &bytes).unwrap();
+        match OffsetIndex::load(&p, 10_000) {
+            IndexLoad::Loaded(e) => assert_eq!(e, vec![(3, 4100), (9, 8300)]),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(OffsetIndex::load(&p, 8000), IndexLoad::Malformed(_)));
+        std::fs::write(&p, [0u8; 7]).unwrap();
+        assert!(matches!(OffsetIndex::load(&p, 8000), IndexLoad::Malformed(_)));
+        assert!(matches!(OffsetIndex::load(&dir.path().join("x.index"), 1), IndexLoad::Missing));
+    }
+
+    #[test]
+    fn lookups_return_the_largest_lower_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut oi = OffsetIndex::create(&dir.path().join("a.index"), vec![]).unwrap();
+        oi.append(5, 100).unwrap();
+        oi.append(10, 200).unwrap();
+        oi.append(10, 300).unwrap(); // ignored: not increasing
+        assert_eq!(oi.lookup(4), None);
+        assert_eq!(oi.lookup(5), Some((5, 100)));
+        assert_eq!(oi.lookup(99), Some((10, 200)));
+        match OffsetIndex::load(&dir.path().join("a.index"), 1000) {
+            IndexLoad::Loaded(e) => assert_eq!(e, vec![(5, 100), (10, 200)]),
+            other => panic!("{other:?}"),
+        }
+        let mut ti = TimeIndex::create(&dir.path().join("a.timeindex"), vec![]).unwrap();
+        ti.maybe_append(1000, 5).unwrap();
+        ti.maybe_append(1000, 6).unwrap(); // ignored: timestamp did not grow
+        ti.maybe_append(2000, 10).unwrap();
+        assert_eq!(ti.lookup_before(1000), None);
+        assert_eq!(ti.lookup_before(1001), Some((1000, 5)));
+        assert_eq!(ti.lookup_before(5000), Some((2000, 10)));
+        match TimeIndex::load(&dir.path().join("a.timeindex")) {
+            IndexLoad::Loaded(e) => assert_eq!(e, vec![(1000, 5), (2000, 10)]),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,612 @@
+//! [`PartitionLog`]: the ordered segments of one partition directory and the operations the
+//! broker needs on them (append, read, timestamp lookups, retention, truncation, epochs).
+//!
+//! Not thread-safe by itself: the replication layer wraps it in a lock. Reads take `&self`.
+//!
+//! # Failure behaviour
+//! A failed write, fsync, roll or truncation poisons the log (`error!` with the path); every
+//! later append, flush or truncation returns [`LogError::Poisoned`]. Reopening recovers from
+//! whatever reached the disk. Only the last segment is scanned on open: a segment is fsynced
+//! when it is rolled, so only the active one can have a torn tail after a crash.
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::checkpoint::sync_dir;
+use super::config::LogConfig;
+use super::epoch::LeaderEpochCache;
+use super::error::LogError;
+use super::io::IoBackend;
+use super::segment::Segment;
+use crate::protocol::record_batch::{
+    crc_is_valid, find_max_timestamp_record, set_base_offset, set_log_append_time, set_partition_leader_epoch,
+    validate_produce_records, BatchHeader, BatchIter, Compression, ProduceValidationError, RecordIter,
+};
+
+/// What an append wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The broker timestamp stamped on the batches, -1 unless LogAppendTime.
+    pub log_append_time: i64,
+    pub log_start_offset: i64,
+    pub record_count: u64,
+    pub batch_count: u32,
+    pub bytes: usize,
+}
+
+/// Whole batches returned by [`PartitionLog::read`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    pub records: Bytes,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// One partition's log. See the module docs of [`crate::log`] for the layout and invariants.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    io: Arc<dyn IoBackend>,
+    /// Sorted by base offset, never empty; the last one is active.
+    segments: Vec<Segment>,
+    log_start_offset: i64,
+    epochs: LeaderEpochCache,
+    poisoned: bool,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// `NNNNNNNNNNNNNNNNNNNN.log` -> base offset.
+fn segment_base(name: &str, ext: &str) -> Option<i64> {
+    let stem = name.strip_suffix(ext)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+impl PartitionLog {
+    /// Opens (creating if needed) the partition directory `dir`; see the module doc.
+    pub fn open(dir: &Path, config: LogConfig, io: Arc<dyn IoBackend>) -> Result<PartitionLog, LogError> {
+        fs::create_dir_all(dir).map_err(|e| LogError::io(dir, "create partition directory", e))?;
+        let mut bases = Vec::new();
+        let mut index_files = Vec::new();
+        let listing = fs::read_dir(dir).map_err(|e| LogError::io(dir, "list partition directory", e))?;
+        for entry in listing {
+            let entry = entry.map_err(|e| LogError::io(dir, "list partition directory", e))?;
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            let path = entry.path();
+            if [".cleaned", ".swap", ".deleted", ".tmp"].iter().any(|s| name.ends_with(s)) {
+                tracing::info!(path = %path.display(), "removing leftover file from an interrupted operation");
+                fs::remove_file(&path).map_err(|e| LogError::io(&path, "remove leftover file", e))?;
+            } else if let Some(base) = segment_base(&name, ".log") {
+                bases.push(base);
+            } else if let Some(base) = segment_base(&name, ".index").or_else(|| segment_base(&name, ".timeindex")) {
+                index_files.push((base, path));
+            }
+        }
+        bases.sort_unstable();
+        for (base, path) in index_files {
+            if bases.binary_search(&base).is_err() {
+                tracing::info!(path = %path.display(), "removing index file without a segment");
+                fs::remove_file(&path).map_err(|e| LogError::io(&path, "remove orphan index", e))?;
+            }
+        }
+        let interval = config.index_interval_bytes;
+        let mut segments = Vec::with_capacity(bases.len().max(1));
+        for (i, &base) in bases.iter().enumerate() {
+            let last = i + 1 == bases.len();
+            segments.push(Segment::open(dir, base, &io, interval, last)?);
+        }
+        if segments.is_empty() {
+            segments.push(Segment::create(dir, 0, &io, interval)?);
+        }
+        for pair in segments.windows(2) {
+            if pair[0].next_offset() > pair[1].base_offset() {
+                return Err(LogError::Corrupt {
+                    path: pair[0].log_path().to_path_buf(),
+                    reason: format!(
+                        "segment ends at offset {} but the next segment starts at {}",
+                        pair[0].next_offset(),
+                        pair[1].base_offset()
+                    ),
+                });
+            }
+        }
+        let mut epochs = LeaderEpochCache::load(dir)?;
+        let log_start_offset = segments[0].base_offset();
+        let leo = segments.last().map_or(0, Segment::next_offset);
+        epochs.truncate_from_end(leo)?;
+        Ok(PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            io,
+            segments,
+            log_start_offset,
+            epochs,
+            poisoned: false,
+            unflushed_messages: 0,
+            last_flush_ms: wall_clock_ms(),
+        })
+    }
+
+    fn active(&self) -> &Segment {
+        // `segments` is never empty (open and every deletion keep at least one).
+        &self.segments[self.segments.len() - 1]
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        let n = self.segments.len();
+        &mut self.segments[n - 1]
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+
+    /// Sets the log start (e.g. from `log-start-offset-checkpoint`), clamped to
+    /// `[first segment base, log end offset]`.
+    pub fn set_log_start_offset(&mut self, offset: i64) {
+        let first = self.segments[0].base_offset();
+        self.log_start_offset = offset.clamp(first, self.log_end_offset().max(first));
+    }
+
+    fn check_poisoned(&self) -> Result<(), LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned { path: self.dir.clone() });
+        }
+        Ok(())
+    }
+
+    /// Marks the log poisoned when `r` is an error (write/fsync state is now unknown).
+    fn poison_on_err<T>(&mut self, r: Result<T, LogError>) -> Result<T, LogError> {
+        if let Err(e) = &r {
+            if !self.poisoned {
+                tracing::error!(dir = %self.dir.display(), error = %e, "partition log poisoned; refusing further appends");
+            }
+            self.poisoned = true;
+        }
+        r
+    }
+
+    /// Leader append; see the crate-level contract in the module docs.
+    pub fn append_as_leader(&mut self, records: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo, LogError> {
+        self.check_poisoned()?;
+        let headers = validate_produce_records(records, self.config.max_message_bytes)?;
+        let log_append = self.config.message_timestamp_type_log_append;
+        let base_offset = self.log_end_offset();
+        let mut next = base_offset;
+        let mut pos = 0usize;
+        let mut batches = Vec::with_capacity(headers.len());
+        let mut record_count = 0u64;
+        for mut h in headers {
+            let len = h.total_size();
+            let b = &mut records[pos..pos + len];
+            set_base_offset(b, next);
+            set_partition_leader_epoch(b, leader_epoch);
+            h.base_offset = next;
+            h.partition_leader_epoch = leader_epoch;
+            if log_append {
+                set_log_append_time(b, now_ms);
+                h.attributes |= 0x08;
+                h.max_timestamp = now_ms;
+            }
+            record_count += h.records_count.max(0) as u64;
+            next = h.next_offset();
+            batches.push((pos, h));
+            pos += len;
+        }
+        let last_offset = next - 1;
+        let max_ts = batches.iter().map(|(_, h)| h.max_timestamp).max().unwrap_or(-1);
+        self.write_batches(records, &batches, last_offset, max_ts, now_ms)?;
+        if leader_epoch >= 0 && self.epochs.latest_epoch().is_none_or(|e| leader_epoch > e) {
+            let r = self.epochs.assign(leader_epoch, base_offset);
+            self.poison_on_err(r)?;
+        }
+        self.after_append(record_count, now_ms)?;
+        Ok(AppendInfo {
+            base_offset,
+            last_offset,
+            log_append_time: if log_append { now_ms } else { -1 },
+            log_start_offset: self.log_start_offset,
+            record_count,
+            batch_count: batches.len() as u32,
+            bytes: records.len(),
+        })
+    }
+
+    /// Replica append keeping the offsets in the batches (gaps allowed, never going back).
+    pub fn append_as_follower(&mut self, records: &[u8]) -> Result<AppendInfo, LogError> {
+        self.check_poisoned()?;
+        let corrupt = |m: String| LogError::Validation(ProduceValidationError::CorruptMessage(m));
+        let mut batches = Vec::new();
+        let mut iter = BatchIter::new(records);
+        let mut expected = self.log_end_offset();
+        let mut record_count = 0u64;
+        loop {
+            let start = iter.position();
+            let Some(item) = iter.next() else { break };
+            let (h, bytes) = item.map_err(|e| corrupt(e.to_string()))?;
+            if !crc_is_valid(bytes) {
+                return Err(corrupt(format!("CRC mismatch in batch at offset {}", h.base_offset)));
+            }
+            if h.base_offset < expected || h.last_offset_delta < 0 {
+                return Err(LogError::NonMonotonicOffset {
+                    path: self.dir.clone(),
+                    base_offset: h.base_offset,
+                    log_end: expected,
+                });
+            }
+            expected = h.next_offset();
+            record_count += h.records_count.max(0) as u64;
+            batches.push((start, h));
+        }
+        if !iter.remainder().is_empty() {
+            return Err(corrupt(format!("{} trailing bytes after the last batch", iter.remainder().len())));
+        }
+        let (Some(&(_, first)), Some(&(_, last))) = (batches.first(), batches.last()) else {
+            return Err(corrupt("no record batches".into()));
+        };
+        let now = wall_clock_ms();
+        let max_ts = batches.iter().map(|(_, h)| h.max_timestamp).max().unwrap_or(-1);
+        // An empty active segment whose base is behind the first incoming batch is replaced so
+        // that the segment name matches its first offset (a follower starting mid-log).
+        if self.active().is_empty() && self.active().base_offset() < first.base_offset {
+            let r = self.replace_empty_active(first.base_offset);
+            self.poison_on_err(r)?;
+        }
+        self.write_batches(records, &batches, last.last_offset(), max_ts, now)?;
+        for (_, h) in &batches {
+            if h.partition_leader_epoch >= 0 && self.epochs.latest_epoch().is_none_or(|e| h.partition_leader_epoch > e) {
+                let r = self.epochs.assign(h.partition_leader_epoch, h.base_offset);
+                self.poison_on_err(r)?;
+            }
+        }
+        self.after_append(record_count, now)?;
+        Ok(AppendInfo {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset(),
+            log_append_time: -1,
+            log_start_offset: self.log_start_offset,
+            record_count,
+            batch_count: batches.len() as u32,
+            bytes: records.len(),
+        })
+    }
+
+    fn replace_empty_active(&mut self, base: i64) -> Result<(), LogError> {
+        let interval = self.config.index_interval_bytes;
+        if let Some(old) = self.segments.pop() {
+            old.delete()?;
+        }
+        self.segments.push(Segment::create(&self.dir, base, &self.io, interval)?);
+        if self.segments.len() == 1 {
+            self.log_start_offset = self.log_start_offset.max(base);
+        }
+        sync_dir(&self.dir)
+    }
+
+    /// Rolls if needed, then writes and indexes `data` in the active segment.
+    fn write_batches(
+        &mut self,
+        data: &[u8],
+        batches: &[(usize, BatchHeader)],
+        last_offset: i64,
+        max_ts: i64,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        if self.should_roll(data.len() as u64, last_offset, max_ts, now_ms) {
+            let r = self.roll();
+            self.poison_on_err(r)?;
+        }
+        let r = self.active_mut().append(data, batches);
+        self.poison_on_err(r)
+    }
+
+    fn should_roll(&self, incoming: u64, last_offset: i64, max_ts: i64, now_ms: i64) -> bool {
+        let seg = self.active();
+        if seg.is_empty() {
+            return false;
+        }
+        let size_limit = self.config.segment_bytes.min(i32::MAX as u64);
+        let too_big = seg.size() + incoming > size_limit;
+        let waited = match seg.roll_reference_timestamp() {
+            Some(first_ts) if max_ts >= 0 => max_ts.saturating_sub(first_ts),
+            _ => now_ms.saturating_sub(seg.opened_ms()),
+        };
+        let too_old = waited > self.config.segment_ms;
+        let offset_overflow = last_offset - seg.base_offset() > i64::from(i32::MAX);
+        too_big || too_old || offset_overflow
+    }
+
+    fn roll(&mut self) -> Result<(), LogError> {
+        let leo = self.log_end_offset();
+        self.active_mut().on_roll()?;
+        let seg = Segment::create(&self.dir, leo, &self.io, self.config.index_interval_bytes)?;
+        tracing::debug!(path = %seg.log_path().display(), "rolled new log segment");
+        self.segments.push(seg);
+        sync_dir(&self.dir)
+    }
+
+    fn after_append(&mut self, records: u64, now_ms: i64) -> Result<(), LogError> {
+        self.unflushed_messages = self.unflushed_messages.saturating_add(records);
+        if self.unflushed_messages >= self.config.flush_interval_messages
+            || now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms
+        {
+            self.flush_at(now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Index of the segment that would hold `offset` (last with base <= offset).
+    fn segment_index_for(&self, offset: i64) -> usize {
+        self.segments.partition_point(|s| s.base_offset() <= offset).saturating_sub(1)
+    }
+
+    /// Whole batches from the batch containing `offset`; see the module docs for the rules.
+    pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one_batch: bool) -> Result<ReadResult, LogError> {
+        let log_end = self.log_end_offset();
+        let empty = ReadResult { records: Bytes::new(), log_start_offset: self.log_start_offset, log_end_offset: log_end };
+        if offset < self.log_start_offset || offset > log_end {
+            return Err(LogError::OffsetOutOfRange { offset, log_start: self.log_start_offset, log_end });
+        }
+        if offset == log_end {
+            return Ok(empty);
+        }
+        for seg in &self.segments[self.segment_index_for(offset)..] {
+            let Some((pos, first)) = seg.find_batch(offset)? else { continue };
+            if first.last_offset() >= max_offset {
+                return Ok(empty);
+            }
+            if first.total_size() > max_bytes {
+                if !min_one_batch {
+                    return Ok(empty);
+                }
+                let records = seg.read(pos, first.total_size())?;
+                return Ok(ReadResult { records, ..empty });
+            }
+            let want = (max_bytes as u64).min(seg.size() - pos) as usize;
+            let buf = seg.read(pos, want)?;
+            let mut end = 0usize;
+            for item in BatchIter::new(&buf) {
+                let Ok((h, b)) = item else { break };
+                if h.last_offset() >= max_offset {
+                    break;
+                }
+                end += b.len();
+            }
+            return Ok(ReadResult { records: buf.slice(..end), ..empty });
+        }
+        Ok(empty)
+    }
+
+    /// First `(offset, timestamp)` whose record timestamp is >= `timestamp`.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let start = self.log_start_offset;
+        for seg in &self.segments[self.segment_index_for(start)..] {
+            if seg.max_timestamp() < timestamp || seg.next_offset() <= start {
+                continue;
+            }
+            let from = seg.time_lookup_position(timestamp);
+            let mut pos = from;
+            // Walk candidate batches: a batch qualifies when its max timestamp reaches the
+            // target; inside an uncompressed batch the exact record is found.
+            while let Some((p, h)) = seg.first_batch_from(pos, |h| h.max_timestamp >= timestamp && h.last_offset() >= start)? {
+                if h.compression() != Compression::None {
+                    return Ok(Some((h.base_offset.max(start), h.max_timestamp)));
+                }
+                let batch = seg.read(p, h.total_size())?;
+                let corrupt = |e: crate::protocol::record_batch::BatchError| LogError::Corrupt {
+                    path: seg.log_path().to_path_buf(),
+                    reason: format!("batch at position {p}: {e}"),
+                };
+                for rec in RecordIter::new(&batch).map_err(corrupt)? {
+                    let rec = rec.map_err(corrupt)?;
+                    if rec.offset >= start && rec.timestamp >= timestamp {
+                        return Ok(Some((rec.offset, rec.timestamp)));
+                    }
+                }
+                pos = p + h.total_size() as u64;
+            }
+        }
+        Ok(None)
+    }
+
+    /// `(offset, timestamp)` of the record with the largest timestamp; `None` when empty.
+    pub fn max_timestamp_offset(&self) -> Result<Option<(i64, i64)>, LogError> {
+        if self.log_end_offset() <= self.log_start_offset {
+            return Ok(None);
+        }
+        let mut best: Option<&Segment> = None;
+        for seg in &self.segments {
+            if seg.max_timestamp() >= 0 && best.is_none_or(|b| seg.max_timestamp() > b.max_timestamp()) {
+                best = Some(seg);
+            }
+        }
+        let Some(seg) = best else { return Ok(None) };
+        let Some((pos, h)) = seg.find_batch(seg.offset_of_max_timestamp())? else {
+            return Ok(Some((seg.offset_of_max_timestamp(), seg.max_timestamp())));
+        };
+        if h.compression() == Compression::None {
+            let batch = seg.read(pos, h.total_size())?;
+            if let Ok(Some(found)) = find_max_timestamp_record(&batch) {
+                return Ok(Some(found));
+            }
+        }
+        Ok(Some((h.last_offset(), h.max_timestamp)))
+    }
+
+    /// Moves the log start to `offset` (capped at the log end) and deletes segments wholly
+    /// below it. Returns the new log start.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64, LogError> {
+        let target = offset.min(self.log_end_offset());
+        if target > self.log_start_offset {
+            self.log_start_offset = target;
+            self.epochs.truncate_from_start(target)?;
+        }
+        while self.segments.len() > 1 && self.segments[1].base_offset() <= self.log_start_offset {
+            let seg = self.segments.remove(0);
+            tracing::info!(path = %seg.log_path().display(), log_start_offset = self.log_start_offset, "deleting segment below the log start offset");
+            seg.delete()?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    /// Time/size retention plus time-based roll of the active segment; returns segments deleted.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        self.check_poisoned()?;
+        let active = self.active();
+        if !active.is_empty() {
+            let reference = active.roll_reference_timestamp().unwrap_or(active.opened_ms());
+            if now_ms.saturating_sub(reference) > self.config.segment_ms {
+                let r = self.roll();
+                self.poison_on_err(r)?;
+            }
+        }
+        let mut total = self.size_bytes() as i64;
+        let mut deleted = 0;
+        while self.segments.len() > 1 {
+            let seg = &self.segments[0];
+            let size = seg.size() as i64;
+            let reason = if self.segments[1].base_offset() <= self.log_start_offset {
+                "below log start offset"
+            } else if self.config.retention_ms >= 0 && now_ms.saturating_sub(seg.largest_timestamp()) > self.config.retention_ms {
+                "retention.ms breached"
+            } else if self.config.retention_bytes >= 0 && total - size >= self.config.retention_bytes {
+                "retention.bytes breached"
+            } else {
+                break;
+            };
+            let seg = self.segments.remove(0);
+            tracing::info!(
+                path = %seg.log_path().display(),
+                reason,
+                base_offset = seg.base_offset(),
+                size,
+                largest_timestamp = seg.largest_timestamp(),
+                "deleting log segment"
+            );
+            total -= size;
+            seg.delete()?;
+            deleted += 1;
+        }
+        let first = self.segments[0].base_offset();
+        if first > self.log_start_offset {
+            self.log_start_offset = first;
+            self.epochs.truncate_from_start(first)?;
+        }
+        Ok(deleted)
+    }
+
+    /// fsyncs the active segment and its indexes (rolled segments were synced at roll).
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.flush_at(wall_clock_ms())
+    }
+
+    fn flush_at(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.check_poisoned()?;
+        let r = self.active().sync();
+        self.poison_on_err(r)?;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Removes every batch at or after `offset`'s batch (a straddling batch goes entirely).
+    /// Below the log start the log is emptied and restarted at `offset`.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        self.check_poisoned()?;
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        let r = self.truncate_inner(offset);
+        self.poison_on_err(r)?;
+        let leo = self.log_end_offset();
+        self.epochs.truncate_from_end(leo)
+    }
+
+    fn truncate_inner(&mut self, offset: i64) -> Result<(), LogError> {
+        tracing::info!(dir = %self.dir.display(), offset, log_end_offset = self.log_end_offset(), "truncating log");
+        if offset < self.log_start_offset {
+            for seg in self.segments.drain(..) {
+                seg.delete()?;
+            }
+            self.segments.push(Segment::create(&self.dir, offset, &self.io, self.config.index_interval_bytes)?);
+            self.log_start_offset = offset;
+            return sync_dir(&self.dir);
+        }
+        while self.segments.len() > 1 && self.active().base_offset() > offset {
+            if let Some(seg) = self.segments.pop() {
+                seg.delete()?;
+            }
+        }
+        self.active_mut().truncate_to(offset)
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(Segment::size).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch: `(epoch, end offset)`, `None` where Kafka answers undefined.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    pub fn update_config(&mut self, config: LogConfig) {
+        for seg in &mut self.segments {
+            seg.set_index_interval(config.index_interval_bytes);
+        }
+        self.config = config;
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Base offsets of the segments, oldest first (for tests, tooling and metrics).
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.iter().map(Segment::base_offset).collect()
+    }
+
+    /// Removes the whole partition directory (DeleteTopics).
+    pub fn delete_files(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        fs::remove_dir_all(&dir).map_err(|e| LogError::io(&dir, "delete partition directory", e))
+    }
+}
+
+#[cfg(test)]
+#[path = "partition_tests.rs"]
+mod tests;

@@ -1,0 +1,527 @@
+//! One segment: a `.log` file of record batches plus its `.index` and `.timeindex`.
+//!
+//! A segment knows its base offset, byte size, next offset, largest timestamp and where its
+//! last index entry was; the partition log decides when to roll, delete or truncate it.
+//!
+//! # Invariants
+//! - `size` is the `.log` length and always ends on a batch boundary.
+//! - Batches have strictly increasing offsets, all in `[base_offset, base_offset + u32::MAX]`.
+//! - The in-memory index entries equal the index files' contents.
+//!
+//! # Recovery
+//! [`Segment::recover`] scans every batch (length, magic, CRC, offset order) and truncates the
+//! file at the first one that fails, then rewrites both indexes. Opening without recovery
+//! trusts the `.log` but rebuilds a missing or malformed index and re-derives the segment's end
+//! from the last index entry onwards.
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::error::LogError;
+use super::index::{IndexLoad, OffsetIndex, TimeIndex};
+use super::io::{IoBackend, SegmentFile};
+use crate::protocol::record_batch::{crc_is_valid, BatchHeader, BatchIter, LOG_OVERHEAD, MIN_BATCH_LENGTH};
+
+/// Bytes read per I/O while scanning a segment.
+const SCAN_CHUNK: usize = 1 << 20;
+
+/// `%020d` file stem for a base offset.
+pub fn file_stem(base_offset: i64) -> String {
+    format!("{base_offset:020}")
+}
+
+/// Where a scan stopped.
+#[derive(Debug)]
+pub struct ScanEnd {
+    /// Position just after the last accepted batch.
+    pub valid_end: u64,
+    /// Why the scan stopped before the end of the file (None = reached the end, or the
+    /// callback asked to stop).
+    pub problem: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    file: Box<dyn SegmentFile>,
+    size: u64,
+    next_offset: i64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    /// Largest batch max timestamp in the segment (-1 when none), for retention and lookups.
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// maxTimestamp of the first batch: Kafka measures `segment.ms` from it.
+    first_batch_timestamp: Option<i64>,
+    /// Position of the batch that got the latest index entry (0 when none).
+    last_index_position: u64,
+    index_interval_bytes: u32,
+    /// Wall clock when this process opened/created the segment: the `segment.ms` fallback
+    /// when batches carry no timestamp.
+    opened_ms: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Segment {
+    fn paths(dir: &Path, base: i64) -> (PathBuf, PathBuf, PathBuf) {
+        let stem = file_stem(base);
+        (
+            dir.join(format!("{stem}.log")),
+            dir.join(format!("{stem}.index")),
+            dir.join(format!("{stem}.timeindex")),
+        )
+    }
+
+    /// Creates a new, empty segment at `base_offset`. Refuses to reuse a non-empty `.log`.
+    pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        io: &Arc<dyn IoBackend>,
+        index_interval_bytes: u32,
+    ) -> Result<Segment, LogError> {
+        let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
+        let file = io.open(&log_path).map_err(|e| LogError::io(&log_path, "create segment", e))?;
+        let size = file.len().map_err(|e| LogError::io(&log_path, "stat", e))?;
+        if size != 0 {
+            return Err(LogError::Corrupt {
+                path: log_path,
+                reason: format!("new segment file already holds {size} bytes"),
+            });
+        }
+        Ok(Segment {
+            base_offset,
+            file,
+            size: 0,
+            next_offset: base_offset,
+            offset_index: OffsetIndex::create(&index_path, Vec::new())?,
+            time_index: TimeIndex::create(&time_path, Vec::new())?,
+            log_path,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            first_batch_timestamp: None,
+            last_index_position: 0,
+            index_interval_bytes,
+            opened_ms: now_ms(),
+        })
+    }
+
+    /// Opens an existing segment. With `recover`, every batch is checked and a bad tail is
+    /// truncated; otherwise the log is trusted and only indexes are validated (and rebuilt by a
+    /// full recovery scan if missing, malformed or inconsistent with the log).
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        io: &Arc<dyn IoBackend>,
+        index_interval_bytes: u32,
+        recover: bool,
+    ) -> Result<Segment, LogError> {
+        let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
+        let file = io.open(&log_path).map_err(|e| LogError::io(&log_path, "open segment", e))?;
+        let size = file.len().map_err(|e| LogError::io(&log_path, "stat", e))?;
+        let loaded = if recover {
+            None
+        } else {
+            match (OffsetIndex::load(&index_path, size), TimeIndex::load(&time_path)) {
+                (IndexLoad::Loaded(o), IndexLoad::Loaded(t)) => Some((o, t)),
+                (o, t) => {
+                    if !matches!(o, IndexLoad::Loaded(_)) || !matches!(t, IndexLoad::Loaded(_)) {
+                        tracing::info!(
+                            path = %log_path.display(),
+                            offset_index = ?index_state(&o),
+                            time_index = ?index_state(&t),
+                            "rebuilding segment indexes"
+                        );
+                    }
+                    None
+                }
+            }
+        };
+        let (oi, ti) = match &loaded {
+            Some((o, t)) => (o.clone(), t.clone()),
+            None => (Vec::new(), Vec::new()),
+        };
+        let mut seg = Segment {
+            base_offset,
+            file,
+            size,
+            next_offset: base_offset,
+            // Opened without truncation only when the loaded content is kept as it is.
+            offset_index: if loaded.is_some() {
+                OffsetIndex::create(&index_path, oi)?
+            } else {
+                OffsetIndex::create(&index_path, Vec::new())?
+            },
+            time_index: if loaded.is_some() {
+                TimeIndex::create(&time_path, ti)?
+            } else {
+                TimeIndex::create(&time_path, Vec::new())?
+            },
+            log_path,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            first_batch_timestamp: None,
+            last_index_position: 0,
+            index_interval_bytes,
+            opened_ms: now_ms(),
+        };
+        if loaded.is_none() {
+            seg.recover()?;
+            return Ok(seg);
+        }
+        // Trusted path: derive next offset and max timestamp from the last index entry on.
+        let (start_pos, start_rel) = seg.offset_index.last().map_or((0, None), |(r, p)| (u64::from(p), Some(r)));
+        if let Some((ts, rel)) = seg.time_index.last() {
+            seg.max_timestamp = ts;
+            seg.offset_of_max_timestamp = base_offset + i64::from(rel);
+        }
+        seg.last_index_position = start_pos;
+        if let Some(r) = start_rel {
+            seg.next_offset = base_offset + i64::from(r); // refined by the scan below
+        }
+        let mut tail = Vec::new();
+        let end = seg.scan(start_pos, false, |pos, h, _| {
+            tail.push((pos, *h));
+            ControlFlow::Continue(())
+        })?;
+        let consistent = end.problem.is_none()
+            && end.valid_end == seg.size
+            && start_rel.is_none_or(|r| tail.first().is_some_and(|(_, h)| h.last_offset() == base_offset + i64::from(r)));
+        if !consistent {
+            tracing::warn!(
+                path = %seg.log_path.display(),
+                problem = ?end.problem,
+                "segment does not match its index; recovering it"
+            );
+            seg.recover()?;
+            return Ok(seg);
+        }
+        for (_, h) in &tail {
+            seg.next_offset = h.next_offset();
+            if h.max_timestamp > seg.max_timestamp {
+                seg.max_timestamp = h.max_timestamp;
+                seg.offset_of_max_timestamp = h.last_offset();
+            }
+        }
+        seg.load_first_batch_timestamp()?;
+        Ok(seg)
+    }
+
+    fn load_first_batch_timestamp(&mut self) -> Result<(), LogError> {
+        self.first_batch_timestamp = None;
+        if self.size >= crate::protocol::record_batch::BATCH_HEADER_LEN as u64 {
+            let head = self.read(0, crate::protocol::record_batch::BATCH_HEADER_LEN)?;
+            if let Ok(h) = BatchHeader::parse(&head) {
+                self.first_batch_timestamp = Some(h.max_timestamp);
+            }
+        }
+        Ok(())
+    }
+
+    /// Scans every batch, truncates at the first bad one and rewrites both indexes.
+    /// Returns the number of bytes dropped.
+    pub fn recover(&mut self) -> Result<u64, LogError> {
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = -1;
+        self.last_index_position = 0;
+        let mut offsets = Vec::new();
+        let mut times = Vec::new();
+        let interval = u64::from(self.index_interval_bytes);
+        let base = self.base_offset;
+        let mut next = base;
+        let mut max_ts = (-1i64, -1i64);
+        let mut last_index_pos = 0u64;
+        let end = self.scan(0, true, |pos, h, _| {
+            next = h.next_offset();
+            if h.max_timestamp > max_ts.0 {
+                max_ts = (h.max_timestamp, h.last_offset());
+            }
+            if pos - last_index_pos > interval {
+                let rel = (h.last_offset() - base) as u32;
+                offsets.push((rel, pos as u32));
+                if times.last().is_none_or(|&(t, _)| max_ts.0 > t) && max_ts.0 >= 0 {
+                    times.push((max_ts.0, (max_ts.1 - base) as u32));
+                }
+                last_index_pos = pos;
+            }
+            ControlFlow::Continue(())
+        })?;
+        let dropped = self.size - end.valid_end;
+        if dropped > 0 {
+            tracing::warn!(
+                path = %self.log_path.display(),
+                position = end.valid_end,
+                bytes_dropped = dropped,
+                reason = end.problem.as_deref().unwrap_or("unknown"),
+                "truncating corrupt or torn tail of log segment"
+            );
+            self.file
+                .set_len(end.valid_end)
+                .map_err(|e| LogError::io(&self.log_path, "truncate", e))?;
+            self.size = end.valid_end;
+        }
+        self.next_offset = next;
+        self.max_timestamp = max_ts.0;
+        self.offset_of_max_timestamp = max_ts.1;
+        self.last_index_position = last_index_pos;
+        self.offset_index = OffsetIndex::create(self.offset_index.path(), offsets)?;
+        self.time_index = TimeIndex::create(self.time_index.path(), times)?;
+        self.load_first_batch_timestamp()?;
+        Ok(dropped)
+    }
+
+    /// Walks batches from `from` (a batch boundary). The callback sees each batch's position,
+    /// header and bytes. Stops at the end, at the callback's `Break`, or at the first batch that
+    /// is torn, malformed, out of offset order or (with `verify_crc`) fails its CRC.
+    pub fn scan(
+        &self,
+        from: u64,
+        verify_crc: bool,
+        mut f: impl FnMut(u64, &BatchHeader, &[u8]) -> ControlFlow<()>,
+    ) -> Result<ScanEnd, LogError> {
+        let mut pos = from;
+        let mut expected_min = self.base_offset;
+        let max_rel = i64::from(u32::MAX);
+        while pos < self.size {
+            let left = self.size - pos;
+            let mut want = (SCAN_CHUNK as u64).min(left) as usize;
+            // A batch larger than the chunk: read exactly that batch (bounded by the file).
+            if left >= LOG_OVERHEAD as u64 {
+                let head = self.read(pos, LOG_OVERHEAD)?;
+                let len = i32::from_be_bytes([head[8], head[9], head[10], head[11]]);
+                if len < MIN_BATCH_LENGTH {
+                    return Ok(ScanEnd { valid_end: pos, problem: Some(format!("invalid batch length {len}")) });
+                }
+                let total = LOG_OVERHEAD as u64 + len as u64;
+                if total > left {
+                    return Ok(ScanEnd {
+                        valid_end: pos,
+                        problem: Some(format!("torn batch: needs {total} bytes, {left} remain")),
+                    });
+                }
+                want = want.max(total as usize);
+            }
+            let buf = self.read(pos, want)?;
+            let mut it = BatchIter::new(&buf);
+            loop {
+                let at = pos + it.position() as u64;
+                match it.next() {
+                    None => break,
+                    Some(Err(e)) => return Ok(ScanEnd { valid_end: at, problem: Some(e.to_string()) }),
+                    Some(Ok((h, bytes))) => {
+                        let problem = if verify_crc && !crc_is_valid(bytes) {
+                            Some("CRC mismatch".to_string())
+                        } else if h.base_offset < expected_min || h.last_offset_delta < 0 {
+                            Some(format!("offset {} is not above the previous batch (expected >= {expected_min})", h.base_offset))
+                        } else if h.last_offset() - self.base_offset > max_rel {
+                            Some(format!("offset {} does not fit this segment", h.last_offset()))
+                        } else {
+                            None
+                        };
+                        if problem.is_some() {
+                            return Ok(ScanEnd { valid_end: at, problem });
+                        }
+                        expected_min = h.next_offset();
+                        if f(at, &h, bytes).is_break() {
+                            return Ok(ScanEnd { valid_end: at + bytes.len() as u64, problem: None });
+                        }
+                    }
+                }
+            }
+            let consumed = it.position() as u64;
+            if consumed == 0 {
+                // Fewer than 12 bytes left, or a batch the chunk could not hold.
+                return Ok(ScanEnd {
+                    valid_end: pos,
+                    problem: Some(format!("torn batch: {} trailing bytes", buf.len())),
+                });
+            }
+            pos += consumed;
+        }
+        Ok(ScanEnd { valid_end: pos, problem: None })
+    }
+
+    pub fn read(&self, pos: u64, len: usize) -> Result<Bytes, LogError> {
+        self.file.read_at(pos, len).map_err(|e| LogError::io(&self.log_path, "read", e))
+    }
+
+    /// Appends already-validated batches at the end of the file and indexes them.
+    /// `batches` holds each batch's header and its byte offset within `data`.
+    pub fn append(&mut self, data: &[u8], batches: &[(usize, BatchHeader)]) -> Result<(), LogError> {
+        let start = self.size;
+        self.file
+            .write_at(start, data)
+            .map_err(|e| LogError::io(&self.log_path, "append", e))?;
+        self.size += data.len() as u64;
+        if self.first_batch_timestamp.is_none() {
+            self.first_batch_timestamp = batches.first().map(|(_, h)| h.max_timestamp);
+        }
+        let interval = u64::from(self.index_interval_bytes);
+        for (rel_pos, h) in batches {
+            let pos = start + *rel_pos as u64;
+            self.next_offset = h.next_offset();
+            if h.max_timestamp > self.max_timestamp {
+                self.max_timestamp = h.max_timestamp;
+                self.offset_of_max_timestamp = h.last_offset();
+            }
+            if pos - self.last_index_position > interval {
+                let rel = (h.last_offset() - self.base_offset) as u32;
+                self.offset_index.append(rel, pos as u32)?;
+                if self.max_timestamp >= 0 {
+                    let trel = (self.offset_of_max_timestamp - self.base_offset) as u32;
+                    self.time_index.maybe_append(self.max_timestamp, trel)?;
+                }
+                self.last_index_position = pos;
+            }
+        }
+        Ok(())
+    }
+
+    /// Position and header of the first batch whose last offset is >= `offset`.
+    pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
+        if offset >= self.next_offset {
+            return Ok(None);
+        }
+        let rel = (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
+        let start = self.offset_index.lookup(rel).map_or(0, |(_, p)| u64::from(p));
+        self.first_batch_from(start, |h| h.last_offset() >= offset)
+    }
+
+    /// First batch at or after position `start` satisfying `pred`.
+    pub fn first_batch_from(
+        &self,
+        start: u64,
+        mut pred: impl FnMut(&BatchHeader) -> bool,
+    ) -> Result<Option<(u64, BatchHeader)>, LogError> {
+        let mut found = None;
+        self.scan(start, false, |pos, h, _| {
+            if pred(h) {
+                found = Some((pos, *h));
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// Position from which a search for the first record with timestamp >= `ts` may start.
+    pub fn time_lookup_position(&self, ts: i64) -> u64 {
+        match self.time_index.lookup_before(ts) {
+            None => 0,
+            Some((_, rel)) => self.offset_index.lookup(rel).map_or(0, |(_, p)| u64::from(p)),
+        }
+    }
+
+    /// Truncates to the first batch whose last offset is >= `offset` (that batch goes too).
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
+        let Some((pos, _)) = self.find_batch(offset)? else { return Ok(()) };
+        self.file.set_len(pos).map_err(|e| LogError::io(&self.log_path, "truncate", e))?;
+        self.size = pos;
+        self.recover()?;
+        Ok(())
+    }
+
+    /// What Kafka does when a segment stops being active: record the final max timestamp in
+    /// the time index, then make data and indexes durable.
+    pub fn on_roll(&mut self) -> Result<(), LogError> {
+        if self.max_timestamp >= 0 {
+            let rel = (self.offset_of_max_timestamp - self.base_offset) as u32;
+            self.time_index.maybe_append(self.max_timestamp, rel)?;
+        }
+        self.sync()
+    }
+
+    pub fn sync(&self) -> Result<(), LogError> {
+        self.file.sync_data().map_err(|e| LogError::io(&self.log_path, "fsync", e))?;
+        self.offset_index.sync()?;
+        self.time_index.sync()
+    }
+
+    /// Removes the segment's files: the `.log` is first renamed to `.log.deleted` so a crash
+    /// midway never leaves a segment without its name-giving file half-deleted.
+    pub fn delete(self) -> Result<(), LogError> {
+        let mut deleted = self.log_path.as_os_str().to_owned();
+        deleted.push(".deleted");
+        let deleted = PathBuf::from(deleted);
+        std::fs::rename(&self.log_path, &deleted).map_err(|e| LogError::io(&self.log_path, "rename for deletion", e))?;
+        for p in [self.offset_index.path(), self.time_index.path()] {
+            match std::fs::remove_file(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io(p, "delete index", e)),
+            }
+        }
+        let txn = self.log_path.with_extension("txnindex");
+        let _ = std::fs::remove_file(txn);
+        drop(self.file);
+        std::fs::remove_file(&deleted).map_err(|e| LogError::io(&deleted, "delete segment", e))
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn offset_of_max_timestamp(&self) -> i64 {
+        self.offset_of_max_timestamp
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+
+    /// The timestamp `segment.ms` is measured from (Kafka's rollingBasedTimestamp).
+    pub fn roll_reference_timestamp(&self) -> Option<i64> {
+        self.first_batch_timestamp.filter(|&t| t >= 0)
+    }
+
+    pub fn opened_ms(&self) -> i64 {
+        self.opened_ms
+    }
+
+    /// Timestamp retention compares against: the largest batch timestamp, or when the
+    /// segment has none, when it was opened.
+    pub fn largest_timestamp(&self) -> i64 {
+        if self.max_timestamp >= 0 {
+            self.max_timestamp
+        } else {
+            self.opened_ms
+        }
+    }
+
+    pub fn set_index_interval(&mut self, bytes: u32) {
+        self.index_interval_bytes = bytes;
+    }
+}
+
+fn index_state<T>(l: &IndexLoad<T>) -> String {
+    match l {
+        IndexLoad::Loaded(_) => "ok".into(),
+        IndexLoad::Missing => "missing".into(),
+        IndexLoad::Malformed(r) => format!("malformed: {r}"),
+    }
+}
