@@ -6,6 +6,7 @@
 //!  main / cli      sluice serve | format | version; config loading
 //!  network         listeners, connection tasks, request framing
 //!  api             one handler per Kafka API key: decode -> call the broker -> encode
+//!  group           group coordinator: classic groups, committed offsets, __consumer_offsets
 //!  broker          topics, partitions, producer ids, background retention
 //!  replication     partition state: log + high watermark + leader epoch + producer state
 //!  metadata        cluster id, topic ids and config overrides on disk (single node for now)
@@ -16,6 +17,7 @@
 pub mod api;
 pub mod broker;
 pub mod config;
+pub mod group;
 pub mod log;
 pub mod metadata;
 pub mod network;

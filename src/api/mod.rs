@@ -14,6 +14,7 @@ pub mod configs;
 pub mod describe;
 pub mod fetch;
 pub mod fetch_session;
+pub mod group;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -128,6 +129,17 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         }
         ApiKey::DescribeLogDirs => handle_with!(ctx, body, DescribeLogDirsRequest, describe::describe_log_dirs),
         ApiKey::SaslHandshake => handle_with!(ctx, body, SaslHandshakeRequest, describe::sasl_handshake),
+        ApiKey::FindCoordinator => handle_with!(ctx, body, FindCoordinatorRequest, group::find_coordinator),
+        ApiKey::JoinGroup => handle_with!(ctx, body, JoinGroupRequest, group::membership::join_group),
+        ApiKey::SyncGroup => handle_with!(ctx, body, SyncGroupRequest, group::membership::sync_group),
+        ApiKey::Heartbeat => handle_with!(ctx, body, HeartbeatRequest, group::membership::heartbeat),
+        ApiKey::LeaveGroup => handle_with!(ctx, body, LeaveGroupRequest, group::membership::leave_group),
+        ApiKey::OffsetCommit => handle_with!(ctx, body, OffsetCommitRequest, group::offsets::offset_commit),
+        ApiKey::OffsetFetch => handle_with!(ctx, body, OffsetFetchRequest, group::offsets::offset_fetch),
+        ApiKey::OffsetDelete => handle_with!(ctx, body, OffsetDeleteRequest, group::offsets::offset_delete),
+        ApiKey::ListGroups => handle_with!(ctx, body, ListGroupsRequest, group::admin::list_groups),
+        ApiKey::DescribeGroups => handle_with!(ctx, body, DescribeGroupsRequest, group::admin::describe_groups),
+        ApiKey::DeleteGroups => handle_with!(ctx, body, DeleteGroupsRequest, group::admin::delete_groups),
         other => Dispatch::Close(format!("api {other:?} is not implemented")),
     }
 }

@@ -27,6 +27,15 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::Fetch, 4, 17),
     s(ApiKey::ListOffsets, 1, 9),
     s(ApiKey::Metadata, 0, 12),
+    s(ApiKey::OffsetCommit, 2, 9),
+    s(ApiKey::OffsetFetch, 1, 9),
+    s(ApiKey::FindCoordinator, 0, 6),
+    s(ApiKey::JoinGroup, 0, 9),
+    s(ApiKey::Heartbeat, 0, 4),
+    s(ApiKey::LeaveGroup, 0, 5),
+    s(ApiKey::SyncGroup, 0, 5),
+    s(ApiKey::DescribeGroups, 0, 6),
+    s(ApiKey::ListGroups, 0, 5),
     s(ApiKey::SaslHandshake, 0, 1),
     s(ApiKey::ApiVersions, 0, 4),
     s(ApiKey::CreateTopics, 2, 7),
@@ -37,7 +46,9 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::AlterConfigs, 0, 2),
     s(ApiKey::DescribeLogDirs, 1, 4),
     s(ApiKey::CreatePartitions, 0, 3),
+    s(ApiKey::DeleteGroups, 0, 2),
     s(ApiKey::IncrementalAlterConfigs, 0, 1),
+    s(ApiKey::OffsetDelete, 0, 0),
     s(ApiKey::DescribeCluster, 0, 1),
     s(ApiKey::DescribeTopicPartitions, 0, 0),
 ];
@@ -70,6 +81,6 @@ mod tests {
         assert!(!is_supported(ApiKey::Produce, 2));
         assert!(is_supported(ApiKey::Produce, 3));
         assert!(!is_supported(ApiKey::Fetch, 3));
-        assert!(!is_supported(ApiKey::JoinGroup, 0));
+        assert!(!is_supported(ApiKey::OffsetCommit, 1));
     }
 }

@@ -40,6 +40,8 @@ pub enum BrokerError {
     },
     #[error("choosing the I/O backend")]
     IoBackend(#[source] std::io::Error),
+    #[error("starting the group coordinator")]
+    Groups(#[from] crate::group::GroupError),
 }
 
 /// Why a topic operation was refused; each maps to a Kafka error code in the api layer.
@@ -97,6 +99,8 @@ pub struct Broker {
     producer_ids: Mutex<ProducerIdAllocator>,
     /// Set once listeners are bound (port 0 resolves to the real port).
     advertised: RwLock<Vec<Endpoint>>,
+    /// The group coordinator (consumer groups and committed offsets).
+    groups: crate::group::Groups,
 }
 
 fn now_ms() -> i64 {
@@ -115,6 +119,7 @@ impl Broker {
         let first = config.log_dirs[0].clone();
         let topic_configs = TopicConfigStore::open(&first)?;
         let producer_ids = ProducerIdAllocator::open(&first)?;
+        let group_config = crate::group::GroupConfig::from_raw(&config.raw).map_err(crate::group::GroupError::from)?;
         let broker = Broker {
             node_id: config.node_id,
             cluster_id,
@@ -123,9 +128,11 @@ impl Broker {
             topic_configs: Mutex::new(topic_configs),
             producer_ids: Mutex::new(producer_ids),
             advertised: RwLock::new(Vec::new()),
+            groups: crate::group::Groups::new(group_config),
             config,
         };
         broker.load_topics()?;
+        broker.groups.load(&broker)?;
         Ok(broker)
     }
 
@@ -410,6 +417,10 @@ impl Broker {
 
     pub fn now_ms(&self) -> i64 {
         now_ms()
+    }
+
+    pub fn groups(&self) -> &crate::group::Groups {
+        &self.groups
     }
 }
 

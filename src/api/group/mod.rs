@@ -1,0 +1,55 @@
+//! Group coordinator APIs: FindCoordinator, the classic membership protocol
+//! ([`membership`]), committed offsets ([`offsets`]) and group administration ([`admin`]).
+//!
+//! Handlers translate between kafka-protocol's versioned structs and [`crate::group`]'s core
+//! types; every group-level outcome is an error code in the response, never a closed connection.
+//! This node coordinates every group (single-node cluster), so FindCoordinator always names it.
+
+pub mod admin;
+pub mod membership;
+pub mod offsets;
+
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+
+use super::{str_bytes, RequestContext};
+
+/// Error code of an optional Kafka error (0 = none).
+pub(crate) fn code(e: Option<ResponseError>) -> i16 {
+    e.map(|e| e.code()).unwrap_or(0)
+}
+
+/// COORDINATOR_LOAD_IN_PROGRESS until `__consumer_offsets` has been replayed.
+pub(crate) fn not_ready(ctx: &RequestContext) -> Option<ResponseError> {
+    (!ctx.broker.groups().is_loaded()).then_some(ResponseError::CoordinatorLoadInProgress)
+}
+
+/// Key types: 0 = GROUP, 1 = TRANSACTION, 2 = SHARE (all served by this node).
+fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordinator_response::Coordinator {
+    let mut c = find_coordinator_response::Coordinator::default().with_key(str_bytes(key)).with_node_id(BrokerId(-1)).with_port(-1);
+    if !(0..=2).contains(&key_type) {
+        return c.with_error_code(ResponseError::InvalidRequest.code()).with_error_message(Some(str_bytes(&format!("Unknown key type {key_type}"))));
+    }
+    if let Some(e) = not_ready(ctx) {
+        return c.with_error_code(e.code());
+    }
+    let Some(endpoint) = ctx.broker.advertised().into_iter().next() else {
+        return c.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    };
+    c = c.with_node_id(BrokerId(ctx.broker.node_id)).with_host(str_bytes(&endpoint.host)).with_port(endpoint.port as i32);
+    c
+}
+
+pub async fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
+    if ctx.api_version >= 4 {
+        let coordinators = req.coordinator_keys.iter().map(|k| coordinator_for(ctx, k, req.key_type)).collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    let c = coordinator_for(ctx, &req.key, req.key_type);
+    FindCoordinatorResponse::default()
+        .with_error_code(c.error_code)
+        .with_error_message(c.error_message)
+        .with_node_id(c.node_id)
+        .with_host(c.host)
+        .with_port(c.port)
+}

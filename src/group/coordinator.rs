@@ -1,0 +1,409 @@
+//! Every group this node coordinates and its committed offsets: request validation that is not a
+//! single group's business (group ids, session timeout bounds, sizes), offset commit/fetch/delete,
+//! group listing/deletion, offset expiry, and replay of `__consumer_offsets` at startup.
+//!
+//! Pure like [`super::classic`]: changes to persist accumulate as [`CoordinatorRecord`]s and
+//! delayed answers as [`Completion`]s; the driver drains both with [`GroupCoordinator::drain`]
+//! after every call, while still holding the lock, so records reach the log in state order.
+//!
+//! # Invariants
+//! - A group with members, pending members or offsets is never removed from `groups`.
+//! - Offset expiry only touches groups that are Empty (Kafka's classic rule): offsets expire
+//!   `offsets.retention.minutes` after the later of their commit and the group becoming Empty.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use super::classic::{ClassicGroup, GroupState, JoinReply, JoinRequest, Outcome, SyncReply};
+use super::records::{CoordinatorRecord, GroupValue, MemberValue, OffsetValue};
+use super::{Completion, GroupConfig};
+
+/// A group and its offsets.
+#[derive(Debug)]
+pub struct GroupEntry {
+    pub classic: ClassicGroup,
+    /// (topic, partition) -> committed offset.
+    pub offsets: BTreeMap<(String, i32), OffsetValue>,
+}
+
+/// One partition of an OffsetCommit.
+#[derive(Debug, Clone)]
+pub struct OffsetCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: GroupState,
+}
+
+/// The coordinator's whole in-memory state.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    pub config: GroupConfig,
+    groups: BTreeMap<String, GroupEntry>,
+    records: Vec<CoordinatorRecord>,
+    completions: Vec<Completion>,
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig) -> GroupCoordinator {
+        GroupCoordinator { config, groups: BTreeMap::new(), records: Vec::new(), completions: Vec::new() }
+    }
+
+    /// Records to append and answers to deliver, produced since the last call.
+    pub fn drain(&mut self) -> (Vec<CoordinatorRecord>, Vec<Completion>) {
+        (std::mem::take(&mut self.records), std::mem::take(&mut self.completions))
+    }
+
+    pub fn group(&self, group_id: &str) -> Option<&GroupEntry> {
+        self.groups.get(group_id)
+    }
+
+    /// Collects a group's completions and, if its metadata changed, its GroupMetadata record.
+    fn settle(&mut self, group_id: &str) {
+        let Some(entry) = self.groups.get_mut(group_id) else { return };
+        self.completions.extend(entry.classic.take_completions());
+        if entry.classic.take_metadata_changed() {
+            self.records.push(CoordinatorRecord::Group { group: group_id.to_string(), value: Some(snapshot(&entry.classic)) });
+        }
+    }
+
+    fn new_group(&self, group_id: &str, now_ms: i64) -> GroupEntry {
+        GroupEntry { classic: ClassicGroup::new(group_id, self.config.initial_rebalance_delay_ms, now_ms), offsets: BTreeMap::new() }
+    }
+
+    /// JoinGroup.
+    pub fn join(&mut self, group_id: &str, req: JoinRequest, token: u64, now_ms: i64) -> Outcome<JoinReply> {
+        if group_id.is_empty() {
+            return Outcome::Now(JoinReply::error(ResponseError::InvalidGroupId, &req.member_id));
+        }
+        if req.session_timeout_ms < self.config.min_session_timeout_ms || req.session_timeout_ms > self.config.max_session_timeout_ms {
+            return Outcome::Now(JoinReply::error(ResponseError::InvalidSessionTimeout, &req.member_id));
+        }
+        let metadata_bytes: usize = req.protocols.iter().map(|(n, m)| n.len() + m.len()).sum();
+        if metadata_bytes > self.config.max_member_metadata_bytes {
+            return Outcome::Now(JoinReply::error(ResponseError::UnknownServerError, &req.member_id));
+        }
+        if !self.groups.contains_key(group_id) {
+            if !req.member_id.is_empty() {
+                return Outcome::Now(JoinReply::error(ResponseError::UnknownMemberId, &req.member_id));
+            }
+            let g = self.new_group(group_id, now_ms);
+            self.groups.insert(group_id.to_string(), g);
+        }
+        let max_size = self.config.max_size;
+        let outcome = match self.groups.get_mut(group_id) {
+            Some(e) => e.classic.join(req, token, max_size, now_ms),
+            None => Outcome::Now(JoinReply::error(ResponseError::UnknownServerError, "")),
+        };
+        self.settle(group_id);
+        outcome
+    }
+
+    /// SyncGroup.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sync(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+        token: u64,
+        now_ms: i64,
+    ) -> Outcome<SyncReply> {
+        if group_id.is_empty() {
+            return Outcome::Now(SyncReply::error(ResponseError::InvalidGroupId));
+        }
+        if assignments.iter().any(|(_, a)| a.len() > self.config.max_member_metadata_bytes) {
+            return Outcome::Now(SyncReply::error(ResponseError::UnknownServerError));
+        }
+        let Some(entry) = self.groups.get_mut(group_id) else {
+            return Outcome::Now(SyncReply::error(ResponseError::UnknownMemberId));
+        };
+        let outcome = entry.classic.sync(member_id, instance_id, generation_id, protocol_type, protocol_name, assignments, token, now_ms);
+        self.settle(group_id);
+        outcome
+    }
+
+    /// Heartbeat; `None` is success.
+    pub fn heartbeat(&mut self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation_id: i32, now_ms: i64) -> Option<ResponseError> {
+        if group_id.is_empty() {
+            return Some(ResponseError::InvalidGroupId);
+        }
+        let Some(entry) = self.groups.get_mut(group_id) else { return Some(ResponseError::UnknownMemberId) };
+        let r = entry.classic.heartbeat(member_id, instance_id, generation_id, now_ms);
+        self.settle(group_id);
+        r
+    }
+
+    /// LeaveGroup: one result per (member id, instance id); the outer error is group-level.
+    pub fn leave(&mut self, group_id: &str, members: &[(String, Option<String>)], now_ms: i64) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        let Some(entry) = self.groups.get_mut(group_id) else {
+            return Ok(members.iter().map(|_| Some(ResponseError::UnknownMemberId)).collect());
+        };
+        if entry.classic.state() == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        let out = members.iter().map(|(m, i)| entry.classic.leave(m, i.as_deref(), now_ms)).collect();
+        self.settle(group_id);
+        Ok(out)
+    }
+
+    /// OffsetCommit for one group; per-partition results in request order.
+    pub fn commit_offsets(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        commits: Vec<OffsetCommit>,
+        now_ms: i64,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        if !self.groups.contains_key(group_id) {
+            if generation_id >= 0 || !member_id.is_empty() {
+                return Err(ResponseError::UnknownMemberId);
+            }
+            let g = self.new_group(group_id, now_ms);
+            self.groups.insert(group_id.to_string(), g);
+        }
+        let max_metadata = self.config.offset_metadata_max_bytes;
+        let Some(entry) = self.groups.get_mut(group_id) else { return Err(ResponseError::UnknownServerError) };
+        entry.classic.validate_offset_commit(member_id, instance_id, generation_id, now_ms)?;
+        let mut out = Vec::with_capacity(commits.len());
+        for c in commits {
+            let metadata = c.metadata.unwrap_or_default();
+            if metadata.len() > max_metadata {
+                out.push(Some(ResponseError::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue { offset: c.offset, leader_epoch: c.leader_epoch, metadata, commit_timestamp: now_ms, expire_timestamp: None };
+            self.records.push(CoordinatorRecord::Offset { group: group_id.to_string(), topic: c.topic.clone(), partition: c.partition, value: Some(value.clone()) });
+            entry.offsets.insert((c.topic, c.partition), value);
+            out.push(None);
+        }
+        self.settle(group_id);
+        Ok(out)
+    }
+
+    /// OffsetFetch for one group: `None` asks for every committed partition. Unknown groups and
+    /// partitions without a commit answer offset -1 (Kafka does the same, without an error).
+    pub fn fetch_offsets(&self, group_id: &str, partitions: Option<Vec<(String, i32)>>) -> Vec<(String, i32, Option<OffsetValue>)> {
+        let entry = self.groups.get(group_id);
+        match partitions {
+            Some(ps) => ps
+                .into_iter()
+                .map(|(t, p)| {
+                    let v = entry.and_then(|e| e.offsets.get(&(t.clone(), p)).cloned());
+                    (t, p, v)
+                })
+                .collect(),
+            None => entry
+                .map(|e| e.offsets.iter().map(|((t, p), v)| (t.clone(), *p, Some(v.clone()))).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// OffsetDelete: refused per partition while the (consumer-protocol) group subscribes to the
+    /// topic; a non-empty group of another protocol refuses as a whole (NON_EMPTY_GROUP).
+    pub fn delete_offsets(&mut self, group_id: &str, partitions: &[(String, i32)]) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let Some(entry) = self.groups.get_mut(group_id) else { return Err(ResponseError::GroupIdNotFound) };
+        if entry.classic.state() == GroupState::Dead {
+            return Err(ResponseError::GroupIdNotFound);
+        }
+        let subscribed = if entry.classic.state() == GroupState::Empty {
+            Default::default()
+        } else {
+            match entry.classic.subscribed_topics() {
+                Some(t) => t,
+                None => return Err(ResponseError::NonEmptyGroup),
+            }
+        };
+        let mut out = Vec::with_capacity(partitions.len());
+        for (t, p) in partitions {
+            if subscribed.contains(t) {
+                out.push(Some(ResponseError::GroupSubscribedToTopic));
+                continue;
+            }
+            if entry.offsets.remove(&(t.clone(), *p)).is_some() {
+                self.records.push(CoordinatorRecord::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p, value: None });
+            }
+            out.push(None);
+        }
+        Ok(out)
+    }
+
+    /// DeleteGroups for one group.
+    pub fn delete_group(&mut self, group_id: &str, now_ms: i64) -> Option<ResponseError> {
+        let Some(entry) = self.groups.get_mut(group_id) else { return Some(ResponseError::GroupIdNotFound) };
+        match entry.classic.state() {
+            GroupState::Dead => return Some(ResponseError::GroupIdNotFound),
+            GroupState::Empty if entry.classic.is_empty() => {}
+            _ => return Some(ResponseError::NonEmptyGroup),
+        }
+        self.remove_group(group_id, now_ms);
+        None
+    }
+
+    fn remove_group(&mut self, group_id: &str, now_ms: i64) {
+        let Some(mut entry) = self.groups.remove(group_id) else { return };
+        for (t, p) in entry.offsets.keys() {
+            self.records.push(CoordinatorRecord::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p, value: None });
+        }
+        self.records.push(CoordinatorRecord::Group { group: group_id.to_string(), value: None });
+        entry.classic.mark_dead(now_ms);
+        self.completions.extend(entry.classic.take_completions());
+    }
+
+    pub fn list_groups(&self) -> Vec<GroupListing> {
+        self.groups
+            .values()
+            .map(|e| GroupListing {
+                group_id: e.classic.group_id.clone(),
+                protocol_type: e.classic.protocol_type().unwrap_or_default().to_string(),
+                state: e.classic.state(),
+            })
+            .collect()
+    }
+
+    /// Fires every group's timers.
+    pub fn tick(&mut self, now_ms: i64) {
+        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        for id in ids {
+            let changed = self.groups.get_mut(&id).is_some_and(|e| e.classic.tick(now_ms));
+            if changed {
+                self.settle(&id);
+            }
+        }
+    }
+
+    /// Removes expired offsets of Empty groups, and Empty groups left with no offsets.
+    /// Returns how many offsets expired.
+    pub fn expire_offsets(&mut self, now_ms: i64) -> usize {
+        let retention = self.config.offsets_retention_ms;
+        let mut expired = 0;
+        let mut dead_groups = Vec::new();
+        for (gid, entry) in self.groups.iter_mut() {
+            if entry.classic.state() != GroupState::Empty || !entry.classic.is_empty() {
+                continue;
+            }
+            let emptied = entry.classic.state_timestamp_ms;
+            let before = entry.offsets.len();
+            let records = &mut self.records;
+            entry.offsets.retain(|(t, p), v| {
+                let base = v.commit_timestamp.max(emptied);
+                let deadline = v.expire_timestamp.unwrap_or(base.saturating_add(retention));
+                let keep = now_ms < deadline;
+                if !keep {
+                    records.push(CoordinatorRecord::Offset { group: gid.clone(), topic: t.clone(), partition: *p, value: None });
+                }
+                keep
+            });
+            expired += before - entry.offsets.len();
+            if entry.offsets.is_empty() {
+                dead_groups.push(gid.clone());
+            }
+        }
+        for gid in dead_groups {
+            self.remove_group(&gid, now_ms);
+        }
+        expired
+    }
+
+    /// Applies one record read back from `__consumer_offsets` (startup).
+    pub fn replay(&mut self, record: CoordinatorRecord, now_ms: i64) {
+        match record {
+            CoordinatorRecord::Offset { group, topic, partition, value } => match value {
+                Some(v) => {
+                    let entry = self.groups.entry(group.clone()).or_insert_with(|| GroupEntry {
+                        classic: ClassicGroup::new(&group, self.config.initial_rebalance_delay_ms, now_ms),
+                        offsets: BTreeMap::new(),
+                    });
+                    entry.offsets.insert((topic, partition), v);
+                }
+                None => {
+                    if let Some(e) = self.groups.get_mut(&group) {
+                        e.offsets.remove(&(topic, partition));
+                    }
+                }
+            },
+            CoordinatorRecord::Group { group, value } => match value {
+                Some(v) => {
+                    let offsets = self.groups.remove(&group).map(|e| e.offsets).unwrap_or_default();
+                    let classic = restore(&group, &self.config, v, now_ms);
+                    self.groups.insert(group, GroupEntry { classic, offsets });
+                }
+                None => {
+                    self.groups.remove(&group);
+                }
+            },
+        }
+    }
+}
+
+fn snapshot(g: &ClassicGroup) -> GroupValue {
+    let protocol = g.protocol_name().unwrap_or_default().to_string();
+    GroupValue {
+        protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+        generation_id: g.generation_id(),
+        protocol: g.protocol_name().map(str::to_string),
+        leader: g.leader_id().map(str::to_string),
+        current_state_timestamp: g.state_timestamp_ms,
+        members: g
+            .members()
+            .map(|m| MemberValue {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                session_timeout_ms: m.session_timeout_ms,
+                subscription: m.protocols.iter().find(|(n, _)| *n == protocol).map(|(_, b)| b.clone()).unwrap_or_default(),
+                assignment: m.assignment.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn restore(group_id: &str, config: &GroupConfig, v: GroupValue, now_ms: i64) -> ClassicGroup {
+    let protocol = v.protocol.clone().unwrap_or_default();
+    let members = v
+        .members
+        .into_iter()
+        .map(|m| {
+            ClassicGroup::persisted_member(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.session_timeout_ms,
+                m.rebalance_timeout_ms,
+                v.protocol_type.clone(),
+                vec![(protocol.clone(), m.subscription)],
+                m.assignment,
+            )
+        })
+        .collect();
+    let protocol_type = if v.protocol_type.is_empty() { None } else { Some(v.protocol_type) };
+    let ts = if v.current_state_timestamp >= 0 { v.current_state_timestamp } else { now_ms };
+    ClassicGroup::restore(group_id, config.initial_rebalance_delay_ms, v.generation_id, protocol_type, v.protocol, v.leader, ts, members, now_ms)
+}
+

@@ -1,0 +1,355 @@
+//! The tokio driver around [`GroupCoordinator`]: parks delayed JoinGroup/SyncGroup requests on
+//! oneshot channels, appends the core's records to `__consumer_offsets`, replays that topic at
+//! startup and fires timers.
+//!
+//! # Ordering and durability
+//! One mutex guards the core and the waiter table. Every call runs the core, then — still under
+//! the lock — appends the produced records (one batch per `__consumer_offsets` partition) and only
+//! then delivers parked answers, so an answer never overtakes the record it depends on and records
+//! of one group are appended in the order the state changed. Appends are page-cache writes like
+//! any produce (flushed per the topic's flush settings and at shutdown).
+//!
+//! # Failure behaviour
+//! A failed append is logged with the partition and reported to the caller (OffsetCommit answers
+//! COORDINATOR_NOT_AVAILABLE); parked answers are still delivered. A waiter whose sender is dropped
+//! (group deleted under it) answers COORDINATOR_NOT_AVAILABLE.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::ResponseError;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use super::classic::{JoinReply, JoinRequest, Outcome, SyncReply};
+use super::coordinator::{GroupCoordinator, OffsetCommit};
+use super::records::CoordinatorRecord;
+use super::{partition_for, Completion, GroupConfig, GroupError, Reply, OFFSETS_TOPIC};
+use crate::broker::Broker;
+
+struct Inner {
+    core: GroupCoordinator,
+    waiters: HashMap<u64, oneshot::Sender<Reply>>,
+}
+
+/// The group coordinator service the api handlers call.
+pub struct Groups {
+    inner: Mutex<Inner>,
+    next_token: AtomicU64,
+    /// False until `__consumer_offsets` has been replayed; requests get COORDINATOR_LOAD_IN_PROGRESS.
+    loaded: AtomicBool,
+    pub config: GroupConfig,
+}
+
+impl Groups {
+    pub fn new(config: GroupConfig) -> Groups {
+        Groups {
+            inner: Mutex::new(Inner { core: GroupCoordinator::new(config.clone()), waiters: HashMap::new() }),
+            next_token: AtomicU64::new(1),
+            loaded: AtomicBool::new(false),
+            config,
+        }
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` on the core, persists what it produced and delivers parked answers.
+    /// Returns f's result and whether persisting succeeded.
+    fn run<T>(&self, broker: &Broker, f: impl FnOnce(&mut GroupCoordinator, &mut Parking) -> T) -> (T, Result<(), GroupError>) {
+        let mut inner = self.inner.lock();
+        let Inner { core, waiters } = &mut *inner;
+        let mut park = Parking { waiters, next_token: &self.next_token, parked: None };
+        let out = f(core, &mut park);
+        let (records, completions) = core.drain();
+        let persisted = self.persist(broker, &records);
+        if let Err(e) = &persisted {
+            tracing::error!(error = %crate::broker::error_chain(e), records = records.len(), "writing group coordinator records failed");
+        }
+        deliver(&mut inner.waiters, completions);
+        (out, persisted)
+    }
+
+    /// Read-only access to the core.
+    pub fn with_core<T>(&self, f: impl FnOnce(&GroupCoordinator) -> T) -> T {
+        f(&self.inner.lock().core)
+    }
+
+    pub async fn join(&self, broker: &Broker, group_id: &str, req: JoinRequest) -> JoinReply {
+        let member_id = req.member_id.clone();
+        let now = broker.now_ms();
+        let (rx, _) = self.run(broker, |core, park| {
+            let token = park.token();
+            match core.join(group_id, req, token, now) {
+                Outcome::Now(r) => Err(r),
+                Outcome::Parked => Ok(park.park(token)),
+            }
+        });
+        match rx {
+            Err(now) => now,
+            Ok(rx) => match rx.await {
+                Ok(Reply::Join(r)) => r,
+                _ => JoinReply::error(ResponseError::CoordinatorNotAvailable, &member_id),
+            },
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncReply {
+        let now = broker.now_ms();
+        let (rx, persisted) = self.run(broker, |core, park| {
+            let token = park.token();
+            match core.sync(group_id, member_id, instance_id, generation_id, protocol_type, protocol_name, assignments, token, now) {
+                Outcome::Now(r) => Err(r),
+                Outcome::Parked => Ok(park.park(token)),
+            }
+        });
+        let reply = match rx {
+            Err(now) => now,
+            Ok(rx) => match rx.await {
+                Ok(Reply::Sync(r)) => r,
+                _ => SyncReply::error(ResponseError::CoordinatorNotAvailable),
+            },
+        };
+        // Kafka fails the leader's SyncGroup when the assignment could not be written.
+        if persisted.is_err() && reply.error.is_none() {
+            return SyncReply::error(ResponseError::CoordinatorNotAvailable);
+        }
+        reply
+    }
+
+    pub fn heartbeat(&self, broker: &Broker, group_id: &str, member_id: &str, instance_id: Option<&str>, generation_id: i32) -> Option<ResponseError> {
+        let now = broker.now_ms();
+        self.run(broker, |core, _| core.heartbeat(group_id, member_id, instance_id, generation_id, now)).0
+    }
+
+    pub fn leave(&self, broker: &Broker, group_id: &str, members: &[(String, Option<String>)]) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let now = broker.now_ms();
+        self.run(broker, |core, _| core.leave(group_id, members, now)).0
+    }
+
+    pub fn commit_offsets(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation_id: i32,
+        commits: Vec<OffsetCommit>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let now = broker.now_ms();
+        let (out, persisted) = self.run(broker, |core, _| core.commit_offsets(group_id, member_id, instance_id, generation_id, commits, now));
+        match (out, persisted) {
+            (Ok(v), Err(_)) => Ok(v.into_iter().map(|e| e.or(Some(ResponseError::CoordinatorNotAvailable))).collect()),
+            (out, _) => out,
+        }
+    }
+
+    pub fn delete_offsets(&self, broker: &Broker, group_id: &str, partitions: &[(String, i32)]) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let (out, persisted) = self.run(broker, |core, _| core.delete_offsets(group_id, partitions));
+        match (out, persisted) {
+            (Ok(_), Err(_)) => Err(ResponseError::CoordinatorNotAvailable),
+            (out, _) => out,
+        }
+    }
+
+    pub fn delete_group(&self, broker: &Broker, group_id: &str) -> Option<ResponseError> {
+        let now = broker.now_ms();
+        let (out, persisted) = self.run(broker, |core, _| core.delete_group(group_id, now));
+        out.or(persisted.err().map(|_| ResponseError::CoordinatorNotAvailable))
+    }
+
+    /// Fires timers (sessions, join/sync deadlines, initial delay).
+    pub fn tick(&self, broker: &Broker) {
+        let now = broker.now_ms();
+        // A failed append is logged by `run`; timers keep running.
+        let _ = self.run(broker, |core, _| core.tick(now));
+    }
+
+    pub fn expire_offsets(&self, broker: &Broker) -> usize {
+        let now = broker.now_ms();
+        self.run(broker, |core, _| core.expire_offsets(now)).0
+    }
+
+    /// The `__consumer_offsets` topic, created (compacted, `offsets.topic.num.partitions`) on first use.
+    fn offsets_topic(&self, broker: &Broker) -> Result<Arc<crate::broker::Topic>, GroupError> {
+        if let Some(t) = broker.topic(OFFSETS_TOPIC) {
+            return Ok(t);
+        }
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("compression.type".to_string(), "producer".to_string());
+        configs.insert("segment.bytes".to_string(), self.config.offsets_segment_bytes.to_string());
+        match broker.create_topic(OFFSETS_TOPIC, self.config.offsets_partitions, 1, configs) {
+            Ok(t) => Ok(t),
+            Err(crate::broker::TopicError::AlreadyExists(_)) => broker.topic(OFFSETS_TOPIC).ok_or_else(|| GroupError::CreateOffsetsTopic("vanished".into())),
+            Err(e) => Err(GroupError::CreateOffsetsTopic(e.to_string())),
+        }
+    }
+
+    /// Appends records, one uncompressed batch per `__consumer_offsets` partition.
+    fn persist(&self, broker: &Broker, records: &[CoordinatorRecord]) -> Result<(), GroupError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let topic = self.offsets_topic(broker)?;
+        let partitions = topic.partitions.len() as i32;
+        let mut by_partition: BTreeMap<i32, Vec<&CoordinatorRecord>> = BTreeMap::new();
+        for r in records {
+            by_partition.entry(partition_for(r.group(), partitions)).or_default().push(r);
+        }
+        let now = broker.now_ms();
+        for (p, recs) in by_partition {
+            let Some(partition) = topic.partition(p) else { continue };
+            let batch: Vec<Record> = recs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let (key, value) = r.encode();
+                    Record {
+                        transactional: false,
+                        control: false,
+                        delete_horizon: false,
+                        partition_leader_epoch: -1,
+                        producer_id: -1,
+                        producer_epoch: -1,
+                        timestamp_type: TimestampType::Creation,
+                        offset: i as i64,
+                        sequence: i as i32 - 1,
+                        timestamp: now,
+                        key: Some(key),
+                        value,
+                        headers: Default::default(),
+                    }
+                })
+                .collect();
+            let mut buf = BytesMut::new();
+            RecordBatchEncoder::encode(&mut buf, &batch, &RecordEncodeOptions { version: 2, compression: Compression::None })
+                .map_err(|e| GroupError::Encode(e.to_string()))?;
+            partition.append(&mut buf, now).map_err(|source| GroupError::Append { partition: p, source })?;
+        }
+        Ok(())
+    }
+
+    /// Replays `__consumer_offsets` (if it exists) into the core. Called once before serving.
+    pub fn load(&self, broker: &Broker) -> Result<(), GroupError> {
+        let started = std::time::Instant::now();
+        let mut count = 0usize;
+        if let Some(topic) = broker.topic(OFFSETS_TOPIC) {
+            let now = broker.now_ms();
+            let mut inner = self.inner.lock();
+            for partition in &topic.partitions {
+                let end = partition.high_watermark();
+                let mut offset = partition.log_start_offset();
+                while offset < end {
+                    let read = partition
+                        .read(offset, 1 << 20, true)
+                        .map_err(|source| GroupError::Read { partition: partition.index, offset, source })?;
+                    let mut buf = read.records.clone();
+                    let mut next = offset;
+                    while !buf.is_empty() {
+                        let set = match RecordBatchDecoder::decode(&mut buf) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                tracing::warn!(partition = partition.index, offset = next, error = %e, "undecodable batch in __consumer_offsets; skipping the rest of this read");
+                                break;
+                            }
+                        };
+                        for rec in set.records {
+                            next = next.max(rec.offset + 1);
+                            let Some(key) = rec.key.as_ref() else { continue };
+                            match CoordinatorRecord::decode(key, rec.value.as_deref()) {
+                                Ok(Some(r)) => {
+                                    inner.core.replay(r, now);
+                                    count += 1;
+                                }
+                                Ok(None) => {}
+                                Err(e) => tracing::warn!(partition = partition.index, offset = rec.offset, error = %e, "skipping undecodable __consumer_offsets record"),
+                            }
+                        }
+                    }
+                    if next <= offset {
+                        break;
+                    }
+                    offset = next;
+                }
+            }
+            let _ = inner.core.drain();
+        }
+        self.loaded.store(true, Ordering::Release);
+        tracing::info!(records = count, elapsed_ms = started.elapsed().as_millis() as u64, "loaded consumer groups");
+        Ok(())
+    }
+}
+
+/// Token allocation and parking, handed to the closure run under the lock.
+pub struct Parking<'a> {
+    waiters: &'a mut HashMap<u64, oneshot::Sender<Reply>>,
+    next_token: &'a AtomicU64,
+    parked: Option<u64>,
+}
+
+impl Parking<'_> {
+    fn token(&mut self) -> u64 {
+        self.next_token.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn park(&mut self, token: u64) -> oneshot::Receiver<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.insert(token, tx);
+        self.parked = Some(token);
+        rx
+    }
+}
+
+fn deliver(waiters: &mut HashMap<u64, oneshot::Sender<Reply>>, completions: Vec<Completion>) {
+    for c in completions {
+        if let Some(tx) = waiters.remove(&c.token) {
+            // The requester may have disconnected; nothing to do then.
+            let _ = tx.send(c.reply);
+        }
+    }
+}
+
+/// Background task: ticks group timers every 100 ms and expires offsets every
+/// `offsets.retention.check.interval.ms`.
+pub async fn run(broker: Arc<Broker>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let check_every = Duration::from_millis(broker.groups().config.offsets_retention_check_interval_ms.max(1) as u64);
+    let mut last_expiry = tokio::time::Instant::now();
+    loop {
+        tick.tick().await;
+        let b = broker.clone();
+        let expire = last_expiry.elapsed() >= check_every;
+        if expire {
+            last_expiry = tokio::time::Instant::now();
+        }
+        // Appends may touch the disk; keep them off the async workers.
+        let _ = tokio::task::spawn_blocking(move || {
+            b.groups().tick(&b);
+            if expire {
+                let n = b.groups().expire_offsets(&b);
+                if n > 0 {
+                    tracing::info!(offsets = n, "expired committed offsets");
+                }
+            }
+        })
+        .await;
+    }
+}
