@@ -917,3 +917,7 @@ pub fn parse_subscription_topics(data: &[u8]) -> Vec<String> {
     out
 }
 
+
+#[cfg(test)]
+#[path = "classic_tests.rs"]
+mod tests;

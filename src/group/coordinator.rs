@@ -407,3 +407,7 @@ fn restore(group_id: &str, config: &GroupConfig, v: GroupValue, now_ms: i64) -> 
     ClassicGroup::restore(group_id, config.initial_rebalance_delay_ms, v.generation_id, protocol_type, v.protocol, v.leader, ts, members, now_ms)
 }
 
+
+#[cfg(test)]
+#[path = "coordinator_tests.rs"]
+mod tests;
