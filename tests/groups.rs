@@ -1,0 +1,200 @@
+//! Consumer groups over the wire against the real binary: the classic protocol's happy path and
+//! error codes, committed offsets, administration, and offsets surviving a restart.
+
+mod common;
+
+use bytes::Bytes;
+use common::{Broker, Client};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+const FAST: &[&str] = &["group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000", "offsets.topic.num.partitions=3"];
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn create_topic(c: &mut Client, topic: &str, partitions: i32) {
+    let req = CreateTopicsRequest::default().with_topics(vec![create_topics_request::CreatableTopic::default()
+        .with_name(TopicName(s(topic)))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)]);
+    let resp = c.call(&req, 7);
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0].error_message);
+}
+
+fn join(c: &mut Client, group: &str, member: &str, instance: Option<&str>) -> JoinGroupResponse {
+    let req = JoinGroupRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_session_timeout_ms(5000)
+        .with_rebalance_timeout_ms(5000)
+        .with_member_id(s(member))
+        .with_group_instance_id(instance.map(s))
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default().with_name(s("range")).with_metadata(Bytes::from_static(b"meta"))]);
+    c.call(&req, 9)
+}
+
+/// Joins a one-member group and syncs it; returns (member id, generation).
+fn join_and_sync(c: &mut Client, group: &str) -> (String, i32) {
+    let first = join(c, group, "", None);
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    let member = first.member_id.to_string();
+    let joined = join(c, group, &member, None);
+    assert_eq!(joined.error_code, 0);
+    assert_eq!(joined.generation_id, 1);
+    assert_eq!(joined.leader.as_str(), member);
+    assert_eq!(joined.members.len(), 1);
+    assert_eq!(joined.protocol_name.as_deref(), Some("range"));
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id(1)
+        .with_member_id(s(&member))
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_assignments(vec![sync_group_request::SyncGroupRequestAssignment::default().with_member_id(s(&member)).with_assignment(Bytes::from_static(b"mine"))]);
+    let synced = c.call(&sync, 5);
+    assert_eq!(synced.error_code, 0);
+    assert_eq!(&synced.assignment[..], b"mine");
+    (member, 1)
+}
+
+fn heartbeat(c: &mut Client, group: &str, member: &str, generation: i32) -> i16 {
+    let req = HeartbeatRequest::default().with_group_id(GroupId(s(group))).with_member_id(s(member)).with_generation_id(generation);
+    c.call(&req, 4).error_code
+}
+
+fn commit(c: &mut Client, group: &str, member: &str, generation: i32, topic: &str, partition: i32, offset: i64) -> i16 {
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(s(member))
+        .with_topics(vec![offset_commit_request::OffsetCommitRequestTopic::default().with_name(TopicName(s(topic))).with_partitions(vec![
+            offset_commit_request::OffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(4)
+                .with_committed_metadata(Some(s("note"))),
+        ])]);
+    c.call(&req, 9).topics[0].partitions[0].error_code
+}
+
+/// (offset, leader epoch, metadata) through OffsetFetch v8+ (batched groups).
+fn fetch(c: &mut Client, group: &str, topic: &str, partition: i32) -> (i64, i32, String) {
+    let req = OffsetFetchRequest::default().with_groups(vec![offset_fetch_request::OffsetFetchRequestGroup::default()
+        .with_group_id(GroupId(s(group)))
+        .with_topics(Some(vec![offset_fetch_request::OffsetFetchRequestTopics::default().with_name(TopicName(s(topic))).with_partition_indexes(vec![partition])]))]);
+    let resp = c.call(&req, 9);
+    assert_eq!(resp.groups[0].error_code, 0);
+    let p = &resp.groups[0].topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    (p.committed_offset, p.committed_leader_epoch, p.metadata.as_deref().unwrap_or("").to_string())
+}
+
+#[test]
+fn find_coordinator_names_this_node_single_and_batched() {
+    let b = Broker::start(FAST);
+    let mut c = b.connect();
+    let v3 = c.call(&FindCoordinatorRequest::default().with_key(s("g")).with_key_type(0), 3);
+    assert_eq!(v3.error_code, 0);
+    assert_eq!(format!("{}:{}", v3.host.as_str(), v3.port), b.addr);
+    let v4 = c.call(&FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![s("a"), s("b")]), 4);
+    assert_eq!(v4.coordinators.len(), 2);
+    assert!(v4.coordinators.iter().all(|c| c.error_code == 0 && c.node_id.0 == 1));
+    let bad = c.call(&FindCoordinatorRequest::default().with_key_type(9).with_coordinator_keys(vec![s("a")]), 4);
+    assert_eq!(bad.coordinators[0].error_code, 42, "INVALID_REQUEST");
+}
+
+#[test]
+fn classic_member_lifecycle_uses_kafkas_error_codes() {
+    let b = Broker::start(FAST);
+    let mut c = b.connect();
+    create_topic(&mut c, "orders", 2);
+    let (member, gen) = join_and_sync(&mut c, "g1");
+    assert_eq!(heartbeat(&mut c, "g1", &member, gen), 0);
+    assert_eq!(heartbeat(&mut c, "g1", &member, gen + 1), 22, "ILLEGAL_GENERATION");
+    assert_eq!(heartbeat(&mut c, "g1", "nobody", gen), 25, "UNKNOWN_MEMBER_ID");
+    assert_eq!(heartbeat(&mut c, "no-such-group", "nobody", 1), 25);
+
+    assert_eq!(commit(&mut c, "g1", &member, gen, "orders", 1, 42), 0);
+    assert_eq!(commit(&mut c, "g1", &member, gen + 5, "orders", 1, 43), 22);
+    assert_eq!(commit(&mut c, "g1", &member, gen, "missing-topic", 0, 1), 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    assert_eq!(fetch(&mut c, "g1", "orders", 1), (42, 4, "note".to_string()));
+    assert_eq!(fetch(&mut c, "g1", "orders", 0).0, -1, "nothing committed: -1 without error");
+    // OffsetFetch v7 (single group, top-level error code).
+    let v7 = c.call(
+        &OffsetFetchRequest::default().with_group_id(GroupId(s("g1"))).with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default().with_name(TopicName(s("orders"))).with_partition_indexes(vec![1]),
+        ])),
+        7,
+    );
+    assert_eq!((v7.error_code, v7.topics[0].partitions[0].committed_offset), (0, 42));
+
+    let listed = c.call(&ListGroupsRequest::default().with_states_filter(vec![s("stable")]), 5);
+    assert_eq!(listed.groups.len(), 1);
+    assert_eq!((listed.groups[0].group_state.as_str(), listed.groups[0].group_type.as_str()), ("Stable", "classic"));
+    let described = c.call(&DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g1")), GroupId(s("nope"))]), 6);
+    let g = &described.groups[0];
+    assert_eq!((g.group_state.as_str(), g.protocol_data.as_str(), g.members.len()), ("Stable", "range", 1));
+    assert_eq!(&g.members[0].member_assignment[..], b"mine");
+    assert_eq!(described.groups[1].error_code, 69, "GROUP_ID_NOT_FOUND in v6");
+
+    let deleted = c.call(&DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s("g1"))]), 2);
+    assert_eq!(deleted.results[0].error_code, 68, "NON_EMPTY_GROUP");
+    let left = c.call(
+        &LeaveGroupRequest::default().with_group_id(GroupId(s("g1"))).with_members(vec![
+            leave_group_request::MemberIdentity::default().with_member_id(s(&member)),
+            leave_group_request::MemberIdentity::default().with_member_id(s("ghost")),
+        ]),
+        5,
+    );
+    assert_eq!(left.members.iter().map(|m| m.error_code).collect::<Vec<_>>(), vec![0, 25]);
+    let deleted = c.call(&DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s("g1"))]), 2);
+    assert_eq!(deleted.results[0].error_code, 0);
+    assert_eq!(fetch(&mut c, "g1", "orders", 1).0, -1, "deleting the group deletes its offsets");
+}
+
+#[test]
+fn second_static_member_with_the_same_instance_id_fences_the_first() {
+    let b = Broker::start(FAST);
+    let mut c = b.connect();
+    let first = join(&mut c, "sg", "", Some("instance-1"));
+    assert_eq!(first.error_code, 0, "static members skip MEMBER_ID_REQUIRED");
+    let old = first.member_id.to_string();
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(s("sg")))
+        .with_generation_id(first.generation_id)
+        .with_member_id(s(&old))
+        .with_group_instance_id(Some(s("instance-1")))
+        .with_assignments(vec![sync_group_request::SyncGroupRequestAssignment::default().with_member_id(s(&old)).with_assignment(Bytes::from_static(b"a"))]);
+    assert_eq!(c.call(&sync, 5).error_code, 0);
+    let again = join(&mut c, "sg", "", Some("instance-1"));
+    assert_eq!(again.error_code, 0);
+    assert_eq!(again.generation_id, first.generation_id, "no rebalance for a static restart");
+    let hb = HeartbeatRequest::default()
+        .with_group_id(GroupId(s("sg")))
+        .with_member_id(s(&old))
+        .with_group_instance_id(Some(s("instance-1")))
+        .with_generation_id(first.generation_id);
+    assert_eq!(c.call(&hb, 4).error_code, 82, "FENCED_INSTANCE_ID");
+}
+
+#[test]
+fn committed_offsets_and_groups_survive_a_restart() {
+    let b = Broker::start(FAST);
+    let mut c = b.connect();
+    create_topic(&mut c, "events", 3);
+    let (member, gen) = join_and_sync(&mut c, "durable");
+    for p in 0..3 {
+        assert_eq!(commit(&mut c, "durable", &member, gen, "events", p, 100 + p as i64), 0);
+    }
+    assert_eq!(commit(&mut c, "durable", &member, gen, "events", 0, 500), 0);
+    drop(c);
+    let dir = b.stop();
+    let b = Broker::start_in(dir, FAST);
+    let mut c = b.connect();
+    assert_eq!(fetch(&mut c, "durable", "events", 0), (500, 4, "note".to_string()));
+    assert_eq!(fetch(&mut c, "durable", "events", 2).0, 102);
+    // The member was reloaded with its generation, so it carries on without rejoining.
+    assert_eq!(heartbeat(&mut c, "durable", &member, gen), 0);
+}
