@@ -1,0 +1,216 @@
+"""Consumer groups with a real client (confluent-kafka / librdkafka).
+
+- three consumers share a 6-partition topic, commit every record synchronously, one crashes
+  mid-way (hard exit, no LeaveGroup); the survivors take over from the committed offsets and
+  every record is consumed exactly once; a broker restart keeps every commit;
+- cooperative-sticky moves only the partitions it must;
+- a static member (group.instance.id) restarting within its session timeout causes no rebalance.
+
+A record counts as consumed only once its offset commit succeeded, so "exactly once" is checked
+against what the group committed, which is what a restarted consumer resumes from.
+"""
+import os
+import subprocess
+import sys
+import time
+
+from kafkautil import (Consumer, KafkaError, KafkaException, TopicPartition, admin, create_topic, produce_all,
+                       producer, make_records, unique, watermarks)
+
+BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+N = 3000
+PARTITIONS = 6
+CRASH_AFTER = 300
+
+
+def group_consumer(bootstrap, group, **conf):
+    c = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+         "auto.offset.reset": "earliest", "session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
+    c.update({k.replace("_", "."): v for k, v in conf.items()})
+    return Consumer(c)
+
+
+def worker(bootstrap, topic, group, out_path, crash_after):
+    """Consumes with a synchronous commit per record; writes 'partition offset key' after each
+    successful commit. crash_after > 0: exit hard (no close, no LeaveGroup) after that many."""
+    c = group_consumer(bootstrap, group)
+    c.subscribe([topic])
+    done = 0
+    with open(out_path, "a") as out:
+        while True:
+            m = c.poll(0.2)
+            if m is None or m.error():
+                continue
+            try:
+                c.commit(message=m, asynchronous=False)
+            except KafkaException:
+                continue  # lost the partition in a rebalance: the new owner will redo it
+            out.write("%d %d %s\n" % (m.partition(), m.offset(), m.key().decode()))
+            out.flush()
+            done += 1
+            time.sleep(0.001)  # spread the work so that every member gets some
+            if crash_after and done >= crash_after:
+                os._exit(9)
+
+
+def lines(paths):
+    out = []
+    for p in paths:
+        if os.path.exists(p):
+            with open(p) as f:
+                out.extend(tuple(l.split()) for l in f if l.strip())
+    return out
+
+
+def committed(bootstrap, group, topic):
+    c = group_consumer(bootstrap, group)
+    try:
+        res = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=15)
+        return {tp.partition: tp.offset for tp in res}
+    finally:
+        c.close()
+
+
+def wait_for_members(bootstrap, group, n, timeout=30):
+    a = admin(bootstrap)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            d = a.describe_consumer_groups([group])[group].result(10)
+            if len(d.members) == n and str(d.state).endswith("STABLE") and all(m.assignment.topic_partitions for m in d.members):
+                return d
+        except KafkaException:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("group %s never had %d stable members" % (group, n))
+
+
+def test_group_consumes_every_record_exactly_once_across_a_crash_and_a_restart(broker, tmp_path):
+    b = broker.bootstrap
+    topic = create_topic(b, unique("grp"), PARTITIONS)
+    recs = make_records(N, PARTITIONS, value_size=20)
+    group = unique("g")
+    outs = [str(tmp_path / ("w%d.txt" % i)) for i in range(3)]
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", b, topic, group, outs[i],
+                               str(CRASH_AFTER if i == 0 else 0)]) for i in range(3)]
+    try:
+        wait_for_members(b, group, 3)
+        produce_all(producer(b), topic, recs)
+        crashed = procs[0]
+        crashed.wait(timeout=60)
+        assert crashed.returncode == 9, "worker 0 should have crashed on purpose"
+        deadline = time.time() + 90
+        while len(lines(outs)) < N and time.time() < deadline:
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    got = lines(outs)
+    keys = [k for _, _, k in got]
+    assert len(keys) == N, "consumed %d records, expected %d" % (len(keys), N)
+    assert len(set(keys)) == N, "duplicates: %d" % (N - len(set(keys)))
+    assert set(keys) == {r["key"].decode() for r in recs}
+    assert len(lines(outs[:1])) == CRASH_AFTER
+    assert len(lines(outs[1:])) == N - CRASH_AFTER, "the survivors took over the crashed member's partitions"
+    ends = {p: hi for p, (lo, hi) in watermarks(b, topic, PARTITIONS).items()}
+    assert committed(b, group, topic) == ends
+
+    broker.restart()
+    assert committed(broker.bootstrap, group, topic) == ends, "commits survive a broker restart"
+
+
+def poll_all(consumers, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        for c in consumers:
+            m = c.poll(0.05)
+            if m is not None and m.error() and m.error().code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(m.error())
+
+
+class Tracker:
+    """Counts assignment callbacks and keeps the current assignment."""
+
+    def __init__(self, cooperative=False):
+        self.cooperative = cooperative
+        self.assigned = set()
+        self.assigns = 0
+        self.revoked = []
+
+    def on_assign(self, consumer, partitions):
+        self.assigns += 1
+        self.assigned |= {p.partition for p in partitions}
+        if self.cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+
+    def on_revoke(self, consumer, partitions):
+        self.revoked.append({p.partition for p in partitions})
+        self.assigned -= {p.partition for p in partitions}
+        if self.cooperative:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+
+
+def wait_for(cond, consumers, timeout=30, what="condition"):
+    deadline = time.time() + timeout
+    while not cond():
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        poll_all(consumers, 0.2)
+
+
+def test_cooperative_sticky_moves_only_the_partitions_it_must(broker):
+    b = broker.bootstrap
+    topic = create_topic(b, unique("coop"), PARTITIONS)
+    group = unique("g")
+    ta, tb = Tracker(cooperative=True), Tracker(cooperative=True)
+    a = group_consumer(b, group, partition_assignment_strategy="cooperative-sticky")
+    a.subscribe([topic], on_assign=ta.on_assign, on_revoke=ta.on_revoke)
+    wait_for(lambda: len(ta.assigned) == PARTITIONS, [a], what="a owning all partitions")
+    before = set(ta.assigned)
+    c = group_consumer(b, group, partition_assignment_strategy="cooperative-sticky")
+    c.subscribe([topic], on_assign=tb.on_assign, on_revoke=tb.on_revoke)
+    wait_for(lambda: len(ta.assigned) == 3 and len(tb.assigned) == 3, [a, c], what="3/3 split")
+    assert ta.assigned | tb.assigned == before and not ta.assigned & tb.assigned
+    assert [len(r) for r in ta.revoked if r] == [3], "only the 3 partitions given away were revoked: %r" % ta.revoked
+    kept = set(ta.assigned)
+    c.close()
+    wait_for(lambda: len(ta.assigned) == PARTITIONS, [a], what="a taking everything back")
+    assert kept <= ta.assigned
+    assert [len(r) for r in ta.revoked if r] == [3], "taking partitions back revokes nothing"
+    a.close()
+
+
+def test_static_member_restart_within_session_timeout_causes_no_rebalance(broker):
+    b = broker.bootstrap
+    topic = create_topic(b, unique("static"), PARTITIONS)
+    group = unique("g")
+    conf = dict(session_timeout_ms=10000, partition_assignment_strategy="range")
+    t0, t1 = Tracker(), Tracker()
+    c0 = group_consumer(b, group, group_instance_id="static-0", **conf)
+    c0.subscribe([topic], on_assign=t0.on_assign, on_revoke=t0.on_revoke)
+    c1 = group_consumer(b, group, group_instance_id="static-1", **conf)
+    c1.subscribe([topic], on_assign=t1.on_assign, on_revoke=t1.on_revoke)
+    wait_for(lambda: len(t0.assigned) == 3 and len(t1.assigned) == 3, [c0, c1], what="3/3 split")
+    poll_all([c0, c1], 1.0)
+    owned0, assigns1 = set(t0.assigned), t1.assigns
+    c0.close()  # a static member does not send LeaveGroup
+    t0b = Tracker()
+    c0b = group_consumer(b, group, group_instance_id="static-0", **conf)
+    c0b.subscribe([topic], on_assign=t0b.on_assign, on_revoke=t0b.on_revoke)
+    wait_for(lambda: t0b.assigned == owned0, [c0b, c1], what="restarted member getting its partitions back")
+    poll_all([c0b, c1], 2.0)
+    assert t1.assigns == assigns1, "the other member saw a rebalance"
+    assert t1.revoked == [] or all(not r for r in t1.revoked)
+    c0b.close()
+    c1.close()
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
+    worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))
