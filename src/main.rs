@@ -104,9 +104,11 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     );
     let retention = tokio::spawn(broker::retention::run(broker.clone()));
     let groups = tokio::spawn(sluice::group::driver::run(broker.clone()));
+    let cleaner = tokio::spawn(broker::cleaner::run(broker.clone()));
     server.run(shutdown_signal()).await;
     retention.abort();
     groups.abort();
+    cleaner.abort();
     tracing::info!("shutting down: flushing logs");
     let b = broker.clone();
     tokio::task::spawn_blocking(move || b.flush_all()).await?;

@@ -12,6 +12,7 @@
 //! - A partition's directory exists before its topic is published and is removed only after the
 //!   topic is unpublished.
 
+pub mod cleaner;
 pub mod retention;
 
 use std::collections::{BTreeMap, HashMap};

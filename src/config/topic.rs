@@ -214,12 +214,15 @@ pub fn effective(defaults: &BTreeMap<String, String>, overrides: &BTreeMap<Strin
 pub fn log_config(effective: &BTreeMap<String, String>) -> LogConfig {
     let long = |k: &str, d: i64| effective.get(k).and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(d);
     let defaults = LogConfig::default();
+    let deletes = effective.get("cleanup.policy").is_none_or(|p| p.split(',').any(|x| x.trim() == "delete"));
     LogConfig {
         segment_bytes: long("segment.bytes", defaults.segment_bytes as i64).max(14) as u64,
         segment_ms: long("segment.ms", defaults.segment_ms),
         index_interval_bytes: long("index.interval.bytes", 4096).clamp(0, u32::MAX as i64) as u32,
-        retention_ms: long("retention.ms", defaults.retention_ms),
-        retention_bytes: long("retention.bytes", -1),
+        // Kafka deletes by time/size only when cleanup.policy includes "delete"; a compact-only
+        // topic (__consumer_offsets) keeps every segment the cleaner has not emptied.
+        retention_ms: if deletes { long("retention.ms", defaults.retention_ms) } else { -1 },
+        retention_bytes: if deletes { long("retention.bytes", -1) } else { -1 },
         flush_interval_messages: long("flush.messages", i64::MAX).max(1) as u64,
         flush_interval_ms: long("flush.ms", i64::MAX),
         max_message_bytes: long("max.message.bytes", 1048588).max(0) as usize,

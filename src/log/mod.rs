@@ -2,8 +2,8 @@
 //!
 //! Owns everything under one partition directory `<topic>-<partition>/` plus the text formats
 //! of the log-dir-level offset checkpoints. Does not own replication state (high watermark,
-//! ISR), producer-state snapshots, `.txnindex` or compaction (files it does not know are left
-//! alone).
+//! ISR), producer-state snapshots or `.txnindex` (files it does not know are left alone);
+//! compaction rewrites rolled segments through [`cleaner`].
 //!
 //! # On-disk layout (byte-compatible with Apache Kafka 4.x)
 //! ```text
@@ -40,6 +40,7 @@
 //! malformed index is rebuilt from the `.log`. Checkpoint files are written to `<name>.tmp`,
 //! fsynced, renamed over the old file and the directory is fsynced.
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod epoch;
 pub mod error;

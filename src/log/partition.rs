@@ -49,11 +49,12 @@ pub struct ReadResult {
 /// One partition's log. See the module docs of [`crate::log`] for the layout and invariants.
 #[derive(Debug)]
 pub struct PartitionLog {
-    dir: PathBuf,
-    config: LogConfig,
-    io: Arc<dyn IoBackend>,
-    /// Sorted by base offset, never empty; the last one is active.
-    segments: Vec<Segment>,
+    pub(super) dir: PathBuf,
+    pub(super) config: LogConfig,
+    pub(super) io: Arc<dyn IoBackend>,
+    /// Sorted by base offset, never empty; the last one is active. The cleaner rewrites rolled
+    /// segments in place (same base offsets), see `cleaner.rs`.
+    pub(super) segments: Vec<Segment>,
     log_start_offset: i64,
     epochs: LeaderEpochCache,
     poisoned: bool,

@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::producer_state::{ProducerStateTable, SequenceCheck};
+use crate::log::cleaner::{CleanStats, CleanerConfig};
 use crate::log::{LogConfig, LogError, PartitionLog, ReadResult};
 use crate::protocol::record_batch::{BatchHeader, BatchIter};
 
@@ -184,6 +185,13 @@ impl Partition {
         let n = st.log.enforce_retention(now_ms)?;
         self.log_start_offset.fetch_max(st.log.log_start_offset(), Ordering::AcqRel);
         Ok(n)
+    }
+
+    /// One compaction pass over the rolled segments (offsets and the high watermark do not move).
+    // TODO(concurrent cleaning): the pass holds the partition lock, so appends and fetches on
+    // this partition wait while it rewrites; Kafka cleans copies and only swaps under the lock.
+    pub fn clean(&self, config: &CleanerConfig, first_dirty: i64, now_ms: i64) -> Result<Option<CleanStats>, LogError> {
+        self.state.lock().log.clean(config, first_dirty, now_ms)
     }
 
     pub fn flush(&self) -> Result<(), LogError> {
