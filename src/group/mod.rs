@@ -33,6 +33,8 @@
 
 pub mod classic;
 pub mod config;
+pub mod assignor;
+pub mod consumer;
 pub mod coordinator;
 pub mod driver;
 pub mod records;

@@ -1,0 +1,366 @@
+//! One KIP-848 consumer group (`group.protocol=consumer`): members heartbeat with epochs, the
+//! coordinator runs the assignor ([`super::assignor`]) and hands each member its partitions as
+//! the previous owners release them.
+//!
+//! ```text
+//!  membership/subscription/metadata change ──▶ group epoch + 1 ──▶ new target assignment
+//!  member at an older epoch:
+//!     owns partitions not in its target ──▶ told to revoke them (assignment without them),
+//!                                            stays at its epoch until it reports them gone
+//!     otherwise                          ──▶ moves to the assignment epoch and gets its target
+//!                                            minus partitions other members still hold
+//!  member at the current epoch           ──▶ receives released partitions as they free up
+//! ```
+//!
+//! Pure: no I/O and no clock (every call takes `now_ms`). Topic metadata comes in as
+//! `topic name -> partition count`; the api layer maps names to topic ids.
+//!
+//! # Invariants
+//! - No partition is in two members' `assigned` ∪ `pending_revocation` sets at once: a partition
+//!   is handed out only after its previous owner acknowledged the revocation (or was removed).
+//! - `assignment_epoch == group_epoch` after every call (the assignor runs synchronously) and
+//!   every member's epoch is at most the group epoch.
+//! - A member that does not heartbeat within the session timeout, or does not revoke within its
+//!   rebalance timeout, is removed and its partitions become free.
+//!
+//! Not persisted yet: after a restart members get UNKNOWN_MEMBER_ID and rejoin with epoch 0
+//! (their committed offsets are persisted like every group's).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::ResponseError;
+
+use super::assignor::{self, Assignment, TopicPartition};
+
+/// A member of a consumer group.
+#[derive(Debug, Clone)]
+pub struct ConsumerMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topics: BTreeSet<String>,
+    pub server_assignor: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    /// What the member owns, as last told.
+    pub assigned: BTreeSet<TopicPartition>,
+    /// Partitions the member was told to give up and has not confirmed yet.
+    pub pending_revocation: BTreeSet<TopicPartition>,
+    session_deadline: i64,
+    revocation_deadline: Option<i64>,
+    last_sent: Option<BTreeSet<TopicPartition>>,
+}
+
+/// A ConsumerGroupHeartbeat as the core sees it (topic ids already mapped to names).
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub server_assignor: Option<String>,
+    /// Partitions the member reports owning; None = unchanged since the last heartbeat.
+    pub owned: Option<BTreeSet<TopicPartition>>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HeartbeatReply {
+    pub error: Option<ResponseError>,
+    pub error_message: Option<String>,
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// Present when the member's assignment changed since the last answer.
+    pub assignment: Option<BTreeSet<TopicPartition>>,
+}
+
+impl HeartbeatReply {
+    fn error(e: ResponseError, message: &str, member_id: &str) -> HeartbeatReply {
+        HeartbeatReply { error: Some(e), error_message: Some(message.to_string()), member_id: member_id.to_string(), member_epoch: -1, assignment: None }
+    }
+}
+
+/// Consumer group settings (Kafka's `group.consumer.*` keys).
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumerGroupLimits {
+    pub session_timeout_ms: i64,
+    pub max_size: usize,
+}
+
+/// KIP-848 group states as ConsumerGroupDescribe/ListGroups name them.
+pub fn state_name(g: &ConsumerGroup) -> &'static str {
+    if g.members.is_empty() {
+        "Empty"
+    } else if g.members.values().any(|m| {
+        m.member_epoch != g.assignment_epoch || !m.pending_revocation.is_empty() || Some(&m.assigned) != g.target.get(&m.member_id)
+    }) {
+        "Reconciling"
+    } else {
+        "Stable"
+    }
+}
+
+/// One consumer group.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerGroup {
+    pub group_id: String,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub members: BTreeMap<String, ConsumerMember>,
+    pub target: Assignment,
+    /// Partition counts of subscribed topics when the target was computed.
+    partition_counts: BTreeMap<String, i32>,
+    static_members: BTreeMap<String, String>,
+    /// A member joined since the target was computed.
+    membership_changed: bool,
+}
+
+impl ConsumerGroup {
+    pub fn new(group_id: &str) -> ConsumerGroup {
+        ConsumerGroup { group_id: group_id.to_string(), ..Default::default() }
+    }
+
+    /// The assignor the members prefer (most votes; `uniform` by default, as Kafka).
+    pub fn assignor_name(&self) -> &'static str {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some(a) = m.server_assignor.as_deref() {
+                *votes.entry(a).or_default() += 1;
+            }
+        }
+        let best = votes.iter().max_by_key(|(_, v)| **v).map(|(a, _)| *a).unwrap_or("uniform");
+        assignor::ASSIGNORS.iter().copied().find(|a| *a == best).unwrap_or("uniform")
+    }
+
+    fn subscribed_counts(&self, topics: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
+        let subscribed: BTreeSet<&String> = self.members.values().flat_map(|m| m.subscribed_topics.iter()).collect();
+        topics.iter().filter(|(t, _)| subscribed.contains(t)).map(|(t, n)| (t.clone(), *n)).collect()
+    }
+
+    /// Bumps the group epoch and recomputes the target assignment.
+    fn rebalance(&mut self, topics: &BTreeMap<String, i32>) {
+        self.group_epoch += 1;
+        self.partition_counts = self.subscribed_counts(topics);
+        let subs: BTreeMap<String, BTreeSet<String>> = self.members.iter().map(|(id, m)| (id.clone(), m.subscribed_topics.clone())).collect();
+        self.target = assignor::assign(self.assignor_name(), &subs, &self.partition_counts, &self.target);
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    /// Partitions held (owned or awaiting revocation) by members other than `id`.
+    fn held_by_others(&self, id: &str) -> BTreeSet<TopicPartition> {
+        self.members.values().filter(|m| m.member_id != id).flat_map(|m| m.assigned.iter().chain(&m.pending_revocation).cloned()).collect()
+    }
+
+    fn remove_member(&mut self, id: &str, topics: &BTreeMap<String, i32>) {
+        if let Some(m) = self.members.remove(id) {
+            if let Some(i) = &m.instance_id {
+                if self.static_members.get(i).map(String::as_str) == Some(id) {
+                    self.static_members.remove(i);
+                }
+            }
+            self.target.remove(id);
+            self.rebalance(topics);
+        }
+    }
+
+    /// ConsumerGroupHeartbeat. `topics`: every existing topic's partition count.
+    pub fn heartbeat(&mut self, req: Heartbeat, topics: &BTreeMap<String, i32>, limits: ConsumerGroupLimits, now_ms: i64) -> HeartbeatReply {
+        if let Some(a) = req.server_assignor.as_deref() {
+            if !assignor::ASSIGNORS.contains(&a) {
+                return HeartbeatReply::error(ResponseError::UnsupportedAssignor, &format!("ServerAssignor {a} is not supported. Supported assignors: uniform, range."), &req.member_id);
+            }
+        }
+        match req.member_epoch {
+            -1 | -2 => return self.leave(req, topics),
+            0 => {
+                if req.rebalance_timeout_ms == -1 || req.subscribed_topic_names.is_none() {
+                    return HeartbeatReply::error(ResponseError::InvalidRequest, "RebalanceTimeoutMs and SubscribedTopicNames must be set when joining.", &req.member_id);
+                }
+                if let Err(r) = self.admit(&req, limits) {
+                    return r;
+                }
+            }
+            e if e > 0 => {
+                let Some(m) = self.members.get(&req.member_id) else {
+                    return HeartbeatReply::error(ResponseError::UnknownMemberId, &format!("Member {} is not a member of group {}.", req.member_id, self.group_id), &req.member_id);
+                };
+                let lost_response = e == m.previous_member_epoch && req.owned.as_ref().is_some_and(|o| o.is_subset(&m.assigned));
+                if e != m.member_epoch && !lost_response {
+                    return HeartbeatReply::error(ResponseError::FencedMemberEpoch, &format!("The consumer group member has a smaller member epoch ({e}) than the one known by the group coordinator ({}).", m.member_epoch), &req.member_id);
+                }
+            }
+            e => return HeartbeatReply::error(ResponseError::InvalidRequest, &format!("MemberEpoch {e} is invalid."), &req.member_id),
+        }
+        let id = req.member_id.clone();
+        let mut changed = false;
+        if let Some(m) = self.members.get_mut(&id) {
+            m.session_deadline = now_ms + limits.session_timeout_ms;
+            if let Some(names) = &req.subscribed_topic_names {
+                let subs: BTreeSet<String> = names.iter().cloned().collect();
+                changed |= subs != m.subscribed_topics;
+                m.subscribed_topics = subs;
+            }
+            if req.server_assignor.is_some() && req.server_assignor != m.server_assignor {
+                m.server_assignor = req.server_assignor.clone();
+                changed = true;
+            }
+            if req.rebalance_timeout_ms > 0 {
+                m.rebalance_timeout_ms = req.rebalance_timeout_ms;
+            }
+            if req.rack_id.is_some() {
+                m.rack_id = req.rack_id.clone();
+            }
+        }
+        if changed || self.membership_changed || self.subscribed_counts(topics) != self.partition_counts {
+            self.membership_changed = false;
+            self.rebalance(topics);
+        }
+        self.reconcile(&id, req.owned.as_ref(), now_ms);
+        let Some(m) = self.members.get_mut(&id) else { return HeartbeatReply::error(ResponseError::UnknownMemberId, "member vanished", &id) };
+        let assignment = (m.last_sent.as_ref() != Some(&m.assigned)).then(|| m.assigned.clone());
+        if assignment.is_some() {
+            m.last_sent = Some(m.assigned.clone());
+        }
+        HeartbeatReply { error: None, error_message: None, member_id: id, member_epoch: m.member_epoch, assignment }
+    }
+
+    /// Epoch 0: a new member, a member rejoining after being fenced, or a static member coming back.
+    fn admit(&mut self, req: &Heartbeat, limits: ConsumerGroupLimits) -> Result<(), HeartbeatReply> {
+        let mut inherited: Option<ConsumerMember> = None;
+        if let Some(instance) = &req.instance_id {
+            if let Some(old_id) = self.static_members.get(instance).cloned() {
+                if old_id != req.member_id {
+                    match self.members.get(&old_id) {
+                        Some(old) if old.member_epoch != -2 => {
+                            return Err(HeartbeatReply::error(ResponseError::UnreleasedInstanceId, &format!("Static member {instance} is still in use by member {old_id}."), &req.member_id));
+                        }
+                        _ => {
+                            // The previous incarnation left temporarily (-2): take over its state.
+                            inherited = self.members.remove(&old_id);
+                            if let Some(t) = self.target.remove(&old_id) {
+                                self.target.insert(req.member_id.clone(), t);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !self.members.contains_key(&req.member_id) && inherited.is_none() && self.members.len() >= limits.max_size {
+            return Err(HeartbeatReply::error(ResponseError::GroupMaxSizeReached, &format!("The consumer group has reached its maximum capacity of {} members.", limits.max_size), &req.member_id));
+        }
+        let rejoining = self.members.remove(&req.member_id);
+        let base = inherited.or(rejoining.clone());
+        let member = ConsumerMember {
+            member_id: req.member_id.clone(),
+            instance_id: req.instance_id.clone(),
+            rack_id: req.rack_id.clone(),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+            subscribed_topics: base.as_ref().map(|b| b.subscribed_topics.clone()).unwrap_or_default(),
+            server_assignor: base.as_ref().and_then(|b| b.server_assignor.clone()),
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            member_epoch: base.as_ref().map_or(0, |b| b.member_epoch.max(0)),
+            previous_member_epoch: base.as_ref().map_or(-1, |b| b.previous_member_epoch),
+            // A fenced member that rejoins starts from nothing (it dropped its partitions).
+            assigned: if rejoining.is_some() { BTreeSet::new() } else { base.as_ref().map(|b| b.assigned.clone()).unwrap_or_default() },
+            pending_revocation: BTreeSet::new(),
+            session_deadline: 0,
+            revocation_deadline: None,
+            last_sent: None,
+        };
+        let member = if rejoining.is_some() { ConsumerMember { member_epoch: 0, ..member } } else { member };
+        self.members.insert(member.member_id.clone(), member);
+        if let Some(i) = &req.instance_id {
+            self.static_members.insert(i.clone(), req.member_id.clone());
+        }
+        self.membership_changed = true;
+        Ok(())
+    }
+
+    fn leave(&mut self, req: Heartbeat, topics: &BTreeMap<String, i32>) -> HeartbeatReply {
+        let epoch = req.member_epoch;
+        let id = match (&req.instance_id, self.members.contains_key(&req.member_id)) {
+            (_, true) => req.member_id.clone(),
+            (Some(i), false) => match self.static_members.get(i) {
+                Some(id) => id.clone(),
+                None => return HeartbeatReply::error(ResponseError::UnknownMemberId, "unknown static member", &req.member_id),
+            },
+            (None, false) => return HeartbeatReply::error(ResponseError::UnknownMemberId, "unknown member", &req.member_id),
+        };
+        if epoch == -2 && req.instance_id.is_some() {
+            if let Some(m) = self.members.get_mut(&id) {
+                m.member_epoch = -2;
+            }
+        } else {
+            self.remove_member(&id, topics);
+        }
+        HeartbeatReply { error: None, error_message: None, member_id: req.member_id, member_epoch: epoch, assignment: None }
+    }
+
+    /// Moves one member towards its target (Kafka's CurrentAssignmentBuilder, simplified).
+    fn reconcile(&mut self, id: &str, owned: Option<&BTreeSet<TopicPartition>>, now_ms: i64) {
+        let others = self.held_by_others(id);
+        let target = self.target.get(id).cloned().unwrap_or_default();
+        let assignment_epoch = self.assignment_epoch;
+        let Some(m) = self.members.get_mut(id) else { return };
+        if !m.pending_revocation.is_empty() {
+            match owned {
+                Some(o) if o.is_disjoint(&m.pending_revocation) => {
+                    m.pending_revocation.clear();
+                    m.revocation_deadline = None;
+                }
+                _ => return, // still revoking
+            }
+        }
+        if m.member_epoch != assignment_epoch {
+            let revoke: BTreeSet<TopicPartition> = m.assigned.difference(&target).cloned().collect();
+            if !revoke.is_empty() {
+                m.assigned.retain(|tp| !revoke.contains(tp));
+                m.pending_revocation = revoke;
+                m.revocation_deadline = Some(now_ms + m.rebalance_timeout_ms.max(0) as i64);
+                return;
+            }
+            m.previous_member_epoch = m.member_epoch;
+            m.member_epoch = assignment_epoch;
+        }
+        m.assigned = target.into_iter().filter(|tp| m.assigned.contains(tp) || !others.contains(tp)).collect();
+    }
+
+    /// Removes members past their session timeout or revocation deadline. Returns true if any.
+    pub fn tick(&mut self, topics: &BTreeMap<String, i32>, now_ms: i64) -> bool {
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.session_deadline <= now_ms || m.revocation_deadline.is_some_and(|d| d <= now_ms))
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in &expired {
+            tracing::info!(group = %self.group_id, member = %id, "consumer group member expired; removing it");
+            self.remove_member(id, topics);
+        }
+        !expired.is_empty()
+    }
+
+    /// Offset commit validation for a consumer group.
+    pub fn validate_offset_commit(&self, member_id: &str, member_epoch: i32) -> Result<(), ResponseError> {
+        if member_epoch < 0 && member_id.is_empty() {
+            return if self.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) };
+        }
+        let m = self.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
+        if member_epoch != m.member_epoch {
+            return Err(ResponseError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "consumer_tests.rs"]
+mod tests;

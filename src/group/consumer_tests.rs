@@ -1,0 +1,140 @@
+//! Tests of the KIP-848 consumer group core with a fake clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::ResponseError;
+
+use super::*;
+
+const LIMITS: ConsumerGroupLimits = ConsumerGroupLimits { session_timeout_ms: 45_000, max_size: 10 };
+
+fn topics() -> BTreeMap<String, i32> {
+    BTreeMap::from([("t".to_string(), 6)])
+}
+
+fn join(id: &str) -> Heartbeat {
+    Heartbeat {
+        member_id: id.into(),
+        member_epoch: 0,
+        rebalance_timeout_ms: 30_000,
+        subscribed_topic_names: Some(vec!["t".into()]),
+        owned: Some(BTreeSet::new()),
+        client_id: "c".into(),
+        ..Default::default()
+    }
+}
+
+fn beat(id: &str, epoch: i32, owned: &BTreeSet<TopicPartition>) -> Heartbeat {
+    Heartbeat { member_id: id.into(), member_epoch: epoch, rebalance_timeout_ms: -1, owned: Some(owned.clone()), ..Default::default() }
+}
+
+/// Drives every member with heartbeats (acknowledging whatever it was told) until stable.
+fn settle(g: &mut ConsumerGroup, owned: &mut BTreeMap<String, (i32, BTreeSet<TopicPartition>)>, now: i64) {
+    for _ in 0..10 {
+        let ids: Vec<String> = owned.keys().cloned().collect();
+        for id in ids {
+            let (epoch, parts) = owned[&id].clone();
+            let r = g.heartbeat(beat(&id, epoch, &parts), &topics(), LIMITS, now);
+            assert_eq!(r.error, None, "{id}: {:?}", r.error_message);
+            let parts = r.assignment.unwrap_or(parts);
+            owned.insert(id, (r.member_epoch, parts));
+        }
+        if state_name(g) == "Stable" {
+            return;
+        }
+    }
+    panic!("group did not stabilise: {g:#?}");
+}
+
+#[test]
+fn members_join_get_epochs_and_split_partitions_without_double_ownership() {
+    let mut g = ConsumerGroup::new("g");
+    let r = g.heartbeat(join("a"), &topics(), LIMITS, 0);
+    assert_eq!((r.error, r.member_epoch), (None, 1));
+    assert_eq!(r.assignment.as_ref().map(BTreeSet::len), Some(6));
+    let mut owned = BTreeMap::from([("a".to_string(), (1, r.assignment.unwrap()))]);
+    let r = g.heartbeat(join("b"), &topics(), LIMITS, 1);
+    assert_eq!(g.group_epoch, 2);
+    // b must wait for a to revoke: it gets nothing yet, but is at the new epoch.
+    assert_eq!((r.member_epoch, r.assignment.as_ref().map(BTreeSet::len)), (2, Some(0)));
+    owned.insert("b".into(), (2, BTreeSet::new()));
+    // a is told to keep 3 (revoking 3) and stays at epoch 1 until it confirms.
+    let ra = g.heartbeat(beat("a", 1, &owned["a"].1), &topics(), LIMITS, 2);
+    assert_eq!((ra.member_epoch, ra.assignment.as_ref().map(BTreeSet::len)), (1, Some(3)));
+    owned.insert("a".into(), (1, ra.assignment.unwrap()));
+    settle(&mut g, &mut owned, 3);
+    let (a, b) = (&owned["a"].1, &owned["b"].1);
+    assert_eq!((a.len(), b.len()), (3, 3));
+    assert!(a.is_disjoint(b));
+    assert_eq!((owned["a"].0, owned["b"].0), (2, 2));
+}
+
+#[test]
+fn stale_epochs_are_fenced_and_unknown_members_rejected() {
+    let mut g = ConsumerGroup::new("g");
+    let r = g.heartbeat(join("a"), &topics(), LIMITS, 0);
+    let none = BTreeSet::new();
+    assert_eq!(g.heartbeat(beat("a", 7, &none), &topics(), LIMITS, 1).error, Some(ResponseError::FencedMemberEpoch));
+    assert_eq!(g.heartbeat(beat("zz", 1, &none), &topics(), LIMITS, 1).error, Some(ResponseError::UnknownMemberId));
+    let bad = Heartbeat { server_assignor: Some("sticky".into()), ..join("c") };
+    assert_eq!(g.heartbeat(bad, &topics(), LIMITS, 1).error, Some(ResponseError::UnsupportedAssignor));
+    let missing = Heartbeat { subscribed_topic_names: None, ..join("d") };
+    assert_eq!(g.heartbeat(missing, &topics(), LIMITS, 1).error, Some(ResponseError::InvalidRequest));
+    assert_eq!(g.validate_offset_commit("a", r.member_epoch), Ok(()));
+    assert_eq!(g.validate_offset_commit("a", r.member_epoch - 1), Err(ResponseError::StaleMemberEpoch));
+    assert_eq!(g.validate_offset_commit("", -1), Err(ResponseError::UnknownMemberId));
+}
+
+#[test]
+fn leaving_and_expiring_members_free_their_partitions() {
+    let mut g = ConsumerGroup::new("g");
+    let mut owned = BTreeMap::new();
+    for id in ["a", "b", "c"] {
+        let r = g.heartbeat(join(id), &topics(), LIMITS, 0);
+        owned.insert(id.to_string(), (r.member_epoch, r.assignment.unwrap_or_default()));
+    }
+    settle(&mut g, &mut owned, 1);
+    let left = g.heartbeat(Heartbeat { member_epoch: -1, ..beat("c", 0, &BTreeSet::new()) }, &topics(), LIMITS, 2);
+    assert_eq!(left.member_epoch, -1);
+    owned.remove("c");
+    settle(&mut g, &mut owned, 3);
+    assert_eq!(owned.values().map(|(_, p)| p.len()).sum::<usize>(), 6);
+    // b stops heartbeating; a alone takes over after b's session timeout.
+    let (ea, pa) = owned["a"].clone();
+    assert_eq!(g.heartbeat(beat("a", ea, &pa), &topics(), LIMITS, 30_000).error, None);
+    assert!(g.tick(&topics(), 3 + LIMITS.session_timeout_ms));
+    assert!(!g.members.contains_key("b") && g.members.contains_key("a"));
+    owned.remove("b");
+    settle(&mut g, &mut owned, 50_000);
+    assert_eq!(owned["a"].1.len(), 6);
+}
+
+#[test]
+fn new_partitions_trigger_a_new_epoch() {
+    let mut g = ConsumerGroup::new("g");
+    let r = g.heartbeat(join("a"), &topics(), LIMITS, 0);
+    let grown = BTreeMap::from([("t".to_string(), 8)]);
+    let r2 = g.heartbeat(beat("a", r.member_epoch, &r.assignment.unwrap()), &grown, LIMITS, 1);
+    assert_eq!((r2.member_epoch, r2.assignment.map(|a| a.len())), (2, Some(8)));
+}
+
+#[test]
+fn static_member_returning_after_temporary_leave_keeps_its_partitions() {
+    let mut g = ConsumerGroup::new("g");
+    let mut owned = BTreeMap::new();
+    for (id, inst) in [("a", "ia"), ("b", "ib")] {
+        let r = g.heartbeat(Heartbeat { instance_id: Some(inst.into()), ..join(id) }, &topics(), LIMITS, 0);
+        owned.insert(id.to_string(), (r.member_epoch, r.assignment.unwrap_or_default()));
+    }
+    settle(&mut g, &mut owned, 1);
+    let epoch = g.group_epoch;
+    let before = owned["a"].1.clone();
+    let r = g.heartbeat(Heartbeat { member_epoch: -2, instance_id: Some("ia".into()), ..beat("a", 0, &before) }, &topics(), LIMITS, 2);
+    assert_eq!(r.member_epoch, -2);
+    let back = g.heartbeat(Heartbeat { instance_id: Some("ia".into()), ..join("a2") }, &topics(), LIMITS, 3);
+    assert_eq!(back.error, None);
+    assert_eq!(back.assignment, Some(before));
+    assert_eq!(g.group_epoch, epoch + 1, "one epoch bump for the new member id, no partition moves");
+    let taken = g.heartbeat(Heartbeat { instance_id: Some("ia".into()), ..join("a3") }, &topics(), LIMITS, 4);
+    assert_eq!(taken.error, Some(ResponseError::UnreleasedInstanceId));
+}
