@@ -198,3 +198,61 @@ fn committed_offsets_and_groups_survive_a_restart() {
     // The member was reloaded with its generation, so it carries on without rejoining.
     assert_eq!(heartbeat(&mut c, "durable", &member, gen), 0);
 }
+
+fn consumer_heartbeat(c: &mut Client, group: &str, member: &str, epoch: i32, owned: Option<Vec<(uuid::Uuid, Vec<i32>)>>) -> ConsumerGroupHeartbeatResponse {
+    let mut req = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_member_id(s(member))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(if epoch == 0 { 30_000 } else { -1 })
+        .with_topic_partitions(owned.map(|o| {
+            o.into_iter()
+                .map(|(id, ps)| consumer_group_heartbeat_request::TopicPartitions::default().with_topic_id(id).with_partitions(ps))
+                .collect()
+        }));
+    if epoch == 0 {
+        req = req.with_subscribed_topic_names(Some(vec![TopicName(s("k848"))])).with_server_assignor(Some(s("range")));
+    }
+    c.call(&req, 1)
+}
+
+fn owned_of(resp: &ConsumerGroupHeartbeatResponse) -> Vec<(uuid::Uuid, Vec<i32>)> {
+    resp.assignment.as_ref().map(|a| a.topic_partitions.iter().map(|tp| (tp.topic_id, tp.partitions.clone())).collect()).unwrap_or_default()
+}
+
+#[test]
+fn kip848_members_get_epochs_and_disjoint_assignments() {
+    let b = Broker::start(FAST);
+    let mut c = b.connect();
+    create_topic(&mut c, "k848", 4);
+    let a = consumer_heartbeat(&mut c, "cg", "member-a", 0, Some(vec![]));
+    assert_eq!((a.error_code, a.member_epoch), (0, 1));
+    assert_eq!(owned_of(&a)[0].1, vec![0, 1, 2, 3]);
+    let topic_id = owned_of(&a)[0].0;
+    assert!(!topic_id.is_nil());
+    let bm = consumer_heartbeat(&mut c, "cg", "member-b", 0, Some(vec![]));
+    assert_eq!((bm.error_code, bm.member_epoch), (0, 2));
+    // a is asked to give up half before b receives anything.
+    let a2 = consumer_heartbeat(&mut c, "cg", "member-a", 1, Some(owned_of(&a)));
+    assert_eq!(owned_of(&a2)[0].1, vec![0, 1]);
+    let a3 = consumer_heartbeat(&mut c, "cg", "member-a", 1, Some(owned_of(&a2)));
+    assert_eq!(a3.member_epoch, 2);
+    let b2 = consumer_heartbeat(&mut c, "cg", "member-b", 2, Some(vec![]));
+    assert_eq!(owned_of(&b2)[0].1, vec![2, 3]);
+    assert_eq!(consumer_heartbeat(&mut c, "cg", "member-a", 7, None).error_code, 110, "FENCED_MEMBER_EPOCH");
+
+    let d = c.call(&ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("cg")), GroupId(s("none"))]), 1);
+    let g = &d.groups[0];
+    assert_eq!((g.error_code, g.group_state.as_str(), g.group_epoch, g.assignor_name.as_str()), (0, "Stable", 2, "range"));
+    assert_eq!(g.members.len(), 2);
+    assert_eq!(d.groups[1].error_code, 69);
+    // Offsets are validated against member epochs.
+    assert_eq!(commit(&mut c, "cg", "member-a", 2, "k848", 0, 5), 0);
+    assert_eq!(commit(&mut c, "cg", "member-a", 1, "k848", 0, 6), 113, "STALE_MEMBER_EPOCH");
+    let listed = c.call(&ListGroupsRequest::default().with_types_filter(vec![s("consumer")]), 5);
+    assert_eq!(listed.groups.iter().map(|g| g.group_id.as_str()).collect::<Vec<_>>(), vec!["cg"]);
+    // A classic JoinGroup cannot take over a live consumer group.
+    assert_eq!(join(&mut c, "cg", "", None).error_code, 23, "INCONSISTENT_GROUP_PROTOCOL");
+    let left = consumer_heartbeat(&mut c, "cg", "member-b", -1, None);
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+}

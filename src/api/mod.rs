@@ -140,6 +140,12 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         ApiKey::ListGroups => handle_with!(ctx, body, ListGroupsRequest, group::admin::list_groups),
         ApiKey::DescribeGroups => handle_with!(ctx, body, DescribeGroupsRequest, group::admin::describe_groups),
         ApiKey::DeleteGroups => handle_with!(ctx, body, DeleteGroupsRequest, group::admin::delete_groups),
+        ApiKey::ConsumerGroupHeartbeat => {
+            handle_with!(ctx, body, ConsumerGroupHeartbeatRequest, group::consumer::consumer_group_heartbeat)
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            handle_with!(ctx, body, ConsumerGroupDescribeRequest, group::consumer::consumer_group_describe)
+        }
         other => Dispatch::Close(format!("api {other:?} is not implemented")),
     }
 }

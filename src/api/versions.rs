@@ -50,6 +50,8 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::IncrementalAlterConfigs, 0, 1),
     s(ApiKey::OffsetDelete, 0, 0),
     s(ApiKey::DescribeCluster, 0, 1),
+    s(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    s(ApiKey::ConsumerGroupDescribe, 0, 1),
     s(ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 

@@ -30,6 +30,12 @@ pub struct GroupConfig {
     /// for it; a larger member cannot be written to `__consumer_offsets` (1 MiB batches) and Kafka
     /// answers UNKNOWN_SERVER_ERROR for that write, which is what we answer up front.
     pub max_member_metadata_bytes: usize,
+    /// `group.consumer.session.timeout.ms` (45000): KIP-848 member session timeout.
+    pub consumer_session_timeout_ms: i64,
+    /// `group.consumer.heartbeat.interval.ms` (5000): told to KIP-848 members.
+    pub consumer_heartbeat_interval_ms: i32,
+    /// `group.consumer.max.size` (Integer.MAX_VALUE).
+    pub consumer_max_size: usize,
 }
 
 impl Default for GroupConfig {
@@ -45,6 +51,9 @@ impl Default for GroupConfig {
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
             max_member_metadata_bytes: 1 << 20,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5000,
+            consumer_max_size: i32::MAX as usize,
         }
     }
 }
@@ -77,6 +86,9 @@ impl GroupConfig {
             offsets_retention_check_interval_ms: get(raw, "offsets.retention.check.interval.ms", 600_000, 1, i64::MAX)?,
             offset_metadata_max_bytes: get(raw, "offset.metadata.max.bytes", 4096, 0, int_max)? as usize,
             max_member_metadata_bytes: d.max_member_metadata_bytes,
+            consumer_session_timeout_ms: get(raw, "group.consumer.session.timeout.ms", 45_000, 1, int_max)?,
+            consumer_heartbeat_interval_ms: get(raw, "group.consumer.heartbeat.interval.ms", 5000, 1, int_max)? as i32,
+            consumer_max_size: get(raw, "group.consumer.max.size", int_max, 1, int_max)? as usize,
         };
         if c.min_session_timeout_ms > c.max_session_timeout_ms {
             return Err(ConfigError::InvalidValue {

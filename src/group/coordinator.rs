@@ -17,13 +17,17 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::classic::{ClassicGroup, GroupState, JoinReply, JoinRequest, Outcome, SyncReply};
+use super::consumer::{self, ConsumerGroup, ConsumerGroupLimits, Heartbeat, HeartbeatReply};
 use super::records::{CoordinatorRecord, GroupValue, MemberValue, OffsetValue};
 use super::{Completion, GroupConfig};
 
 /// A group and its offsets.
 #[derive(Debug)]
 pub struct GroupEntry {
+    /// The classic state; an Empty placeholder while the group is a consumer group.
     pub classic: ClassicGroup,
+    /// Set when the group uses the KIP-848 consumer protocol.
+    pub consumer: Option<ConsumerGroup>,
     /// (topic, partition) -> committed offset.
     pub offsets: BTreeMap<(String, i32), OffsetValue>,
 }
@@ -43,7 +47,10 @@ pub struct OffsetCommit {
 pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
-    pub state: GroupState,
+    /// Kafka's state name ("Stable", "Empty", "Reconciling", ...).
+    pub state: &'static str,
+    /// "classic" or "consumer".
+    pub group_type: &'static str,
 }
 
 /// The coordinator's whole in-memory state.
@@ -79,7 +86,7 @@ impl GroupCoordinator {
     }
 
     fn new_group(&self, group_id: &str, now_ms: i64) -> GroupEntry {
-        GroupEntry { classic: ClassicGroup::new(group_id, self.config.initial_rebalance_delay_ms, now_ms), offsets: BTreeMap::new() }
+        GroupEntry { classic: ClassicGroup::new(group_id, self.config.initial_rebalance_delay_ms, now_ms), consumer: None, offsets: BTreeMap::new() }
     }
 
     /// JoinGroup.
@@ -100,6 +107,16 @@ impl GroupCoordinator {
             }
             let g = self.new_group(group_id, now_ms);
             self.groups.insert(group_id.to_string(), g);
+        }
+        if let Some(entry) = self.groups.get_mut(group_id) {
+            match &entry.consumer {
+                Some(c) if !c.members.is_empty() => {
+                    return Outcome::Now(JoinReply::error(ResponseError::InconsistentGroupProtocol, &req.member_id));
+                }
+                // An empty consumer group turns back into a classic group (offsets stay).
+                Some(_) => entry.consumer = None,
+                None => {}
+            }
         }
         let max_size = self.config.max_size;
         let outcome = match self.groups.get_mut(group_id) {
@@ -187,7 +204,10 @@ impl GroupCoordinator {
         }
         let max_metadata = self.config.offset_metadata_max_bytes;
         let Some(entry) = self.groups.get_mut(group_id) else { return Err(ResponseError::UnknownServerError) };
-        entry.classic.validate_offset_commit(member_id, instance_id, generation_id, now_ms)?;
+        match &entry.consumer {
+            Some(c) => c.validate_offset_commit(member_id, generation_id)?,
+            None => entry.classic.validate_offset_commit(member_id, instance_id, generation_id, now_ms)?,
+        }
         let mut out = Vec::with_capacity(commits.len());
         for c in commits {
             let metadata = c.metadata.unwrap_or_default();
@@ -254,6 +274,9 @@ impl GroupCoordinator {
     /// DeleteGroups for one group.
     pub fn delete_group(&mut self, group_id: &str, now_ms: i64) -> Option<ResponseError> {
         let Some(entry) = self.groups.get_mut(group_id) else { return Some(ResponseError::GroupIdNotFound) };
+        if entry.consumer.as_ref().is_some_and(|c| !c.members.is_empty()) {
+            return Some(ResponseError::NonEmptyGroup);
+        }
         match entry.classic.state() {
             GroupState::Dead => return Some(ResponseError::GroupIdNotFound),
             GroupState::Empty if entry.classic.is_empty() => {}
@@ -273,19 +296,82 @@ impl GroupCoordinator {
         self.completions.extend(entry.classic.take_completions());
     }
 
+    /// ConsumerGroupHeartbeat (KIP-848). An empty classic group becomes a consumer group; a
+    /// classic group with members refuses (Kafka's answer without online migration).
+    pub fn consumer_heartbeat(&mut self, group_id: &str, req: Heartbeat, topics: &BTreeMap<String, i32>, now_ms: i64) -> HeartbeatReply {
+        let limits = ConsumerGroupLimits { session_timeout_ms: self.config.consumer_session_timeout_ms, max_size: self.config.consumer_max_size };
+        let fail = |e: ResponseError, msg: String, member: &str| HeartbeatReply {
+            error: Some(e),
+            error_message: Some(msg),
+            member_id: member.to_string(),
+            member_epoch: -1,
+            assignment: None,
+        };
+        if group_id.is_empty() {
+            return fail(ResponseError::InvalidRequest, "GroupId can't be empty.".into(), &req.member_id);
+        }
+        if !self.groups.contains_key(group_id) {
+            if req.member_epoch != 0 {
+                return fail(ResponseError::UnknownMemberId, format!("Group {group_id} not found."), &req.member_id);
+            }
+            let g = self.new_group(group_id, now_ms);
+            self.groups.insert(group_id.to_string(), g);
+        }
+        let Some(entry) = self.groups.get_mut(group_id) else { return fail(ResponseError::UnknownServerError, String::new(), "") };
+        if entry.consumer.is_none() {
+            if entry.classic.state() != GroupState::Empty || !entry.classic.is_empty() {
+                return fail(ResponseError::GroupIdNotFound, format!("Group {group_id} is not a consumer group."), &req.member_id);
+            }
+            entry.consumer = Some(ConsumerGroup::new(group_id));
+        }
+        match entry.consumer.as_mut() {
+            Some(c) => c.heartbeat(req, topics, limits, now_ms),
+            None => fail(ResponseError::UnknownServerError, String::new(), ""),
+        }
+    }
+
+    /// OffsetFetch v9+ member check for consumer groups: `None` when the fetch may proceed.
+    pub fn validate_offset_fetch(&self, group_id: &str, member_id: Option<&str>, member_epoch: i32) -> Option<ResponseError> {
+        let c = self.groups.get(group_id)?.consumer.as_ref()?;
+        let member_id = member_id?;
+        if member_epoch < 0 {
+            return None;
+        }
+        match c.members.get(member_id) {
+            None => Some(ResponseError::UnknownMemberId),
+            Some(m) if m.member_epoch != member_epoch => Some(ResponseError::StaleMemberEpoch),
+            Some(_) => None,
+        }
+    }
+
     pub fn list_groups(&self) -> Vec<GroupListing> {
         self.groups
             .values()
-            .map(|e| GroupListing {
-                group_id: e.classic.group_id.clone(),
-                protocol_type: e.classic.protocol_type().unwrap_or_default().to_string(),
-                state: e.classic.state(),
+            .map(|e| match &e.consumer {
+                Some(c) => GroupListing {
+                    group_id: e.classic.group_id.clone(),
+                    protocol_type: "consumer".to_string(),
+                    state: consumer::state_name(c),
+                    group_type: "consumer",
+                },
+                None => GroupListing {
+                    group_id: e.classic.group_id.clone(),
+                    protocol_type: e.classic.protocol_type().unwrap_or_default().to_string(),
+                    state: e.classic.state().name(),
+                    group_type: "classic",
+                },
             })
             .collect()
     }
 
-    /// Fires every group's timers.
-    pub fn tick(&mut self, now_ms: i64) {
+    /// Fires every group's timers; `topics` (name -> partition count) feeds consumer-group
+    /// reassignment when a member expires.
+    pub fn tick(&mut self, topics: &BTreeMap<String, i32>, now_ms: i64) {
+        for entry in self.groups.values_mut() {
+            if let Some(c) = entry.consumer.as_mut() {
+                c.tick(topics, now_ms);
+            }
+        }
         let ids: Vec<String> = self.groups.keys().cloned().collect();
         for id in ids {
             let changed = self.groups.get_mut(&id).is_some_and(|e| e.classic.tick(now_ms));
@@ -302,7 +388,7 @@ impl GroupCoordinator {
         let mut expired = 0;
         let mut dead_groups = Vec::new();
         for (gid, entry) in self.groups.iter_mut() {
-            if entry.classic.state() != GroupState::Empty || !entry.classic.is_empty() {
+            if entry.classic.state() != GroupState::Empty || !entry.classic.is_empty() || entry.consumer.as_ref().is_some_and(|c| !c.members.is_empty()) {
                 continue;
             }
             let emptied = entry.classic.state_timestamp_ms;
@@ -335,6 +421,7 @@ impl GroupCoordinator {
                 Some(v) => {
                     let entry = self.groups.entry(group.clone()).or_insert_with(|| GroupEntry {
                         classic: ClassicGroup::new(&group, self.config.initial_rebalance_delay_ms, now_ms),
+                        consumer: None,
                         offsets: BTreeMap::new(),
                     });
                     entry.offsets.insert((topic, partition), v);
@@ -349,7 +436,7 @@ impl GroupCoordinator {
                 Some(v) => {
                     let offsets = self.groups.remove(&group).map(|e| e.offsets).unwrap_or_default();
                     let classic = restore(&group, &self.config, v, now_ms);
-                    self.groups.insert(group, GroupEntry { classic, offsets });
+                    self.groups.insert(group, GroupEntry { classic, consumer: None, offsets });
                 }
                 None => {
                     self.groups.remove(&group);

@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use super::classic::{JoinReply, JoinRequest, Outcome, SyncReply};
+use super::consumer::{Heartbeat, HeartbeatReply};
 use super::coordinator::{GroupCoordinator, OffsetCommit};
 use super::records::CoordinatorRecord;
 use super::{partition_for, Completion, GroupConfig, GroupError, Reply, OFFSETS_TOPIC};
@@ -177,8 +178,16 @@ impl Groups {
     /// Fires timers (sessions, join/sync deadlines, initial delay).
     pub fn tick(&self, broker: &Broker) {
         let now = broker.now_ms();
+        let topics = partition_counts(broker);
         // A failed append is logged by `run`; timers keep running.
-        let _ = self.run(broker, |core, _| core.tick(now));
+        let _ = self.run(broker, |core, _| core.tick(&topics, now));
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848).
+    pub fn consumer_heartbeat(&self, broker: &Broker, group_id: &str, req: Heartbeat) -> HeartbeatReply {
+        let now = broker.now_ms();
+        let topics = partition_counts(broker);
+        self.run(broker, |core, _| core.consumer_heartbeat(group_id, req, &topics, now)).0
     }
 
     pub fn expire_offsets(&self, broker: &Broker) -> usize {
@@ -315,6 +324,11 @@ impl Parking<'_> {
         self.parked = Some(token);
         rx
     }
+}
+
+/// name -> partition count of every non-internal topic (what consumer-group assignors see).
+pub fn partition_counts(broker: &Broker) -> BTreeMap<String, i32> {
+    broker.all_topics().iter().filter(|t| !t.internal).map(|t| (t.name.to_string(), t.partitions.len() as i32)).collect()
 }
 
 fn deliver(waiters: &mut HashMap<u64, oneshot::Sender<Reply>>, completions: Vec<Completion>) {

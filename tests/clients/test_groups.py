@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from kafkautil import (Consumer, KafkaError, KafkaException, TopicPartition, admin, create_topic, produce_all,
                        producer, make_records, unique, watermarks)
 
@@ -62,10 +64,10 @@ def lines(paths):
     return out
 
 
-def committed(bootstrap, group, topic):
+def committed(bootstrap, group, topic, partitions=PARTITIONS):
     c = group_consumer(bootstrap, group)
     try:
-        res = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=15)
+        res = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=15)
         return {tp.partition: tp.offset for tp in res}
     finally:
         c.close()
@@ -210,6 +212,28 @@ def test_static_member_restart_within_session_timeout_causes_no_rebalance(broker
     assert t1.revoked == [] or all(not r for r in t1.revoked)
     c0b.close()
     c1.close()
+
+
+def test_java_consumer_with_the_consumer_group_protocol_reads_everything_and_commits(broker):
+    """KIP-848 (group.protocol=consumer) with Kafka's own Java consumer: server-side assignment."""
+    from conftest import REPO
+    console = REPO / "compat" / "kafka" / "bin" / "kafka-console-consumer.sh"
+    if not console.exists():
+        pytest.skip("Kafka tools not fetched (compat/kafka/fetch.sh)")
+    b = broker.bootstrap
+    topic = create_topic(b, unique("k848"), 4)
+    recs = make_records(200, 4, value_size=10)
+    produce_all(producer(b), topic, recs)
+    group = unique("g")
+    r = subprocess.run([str(console), "--bootstrap-server", b, "--topic", topic, "--group", group,
+                        "--consumer-property", "group.protocol=consumer", "--from-beginning",
+                        "--max-messages", "200", "--timeout-ms", "30000", "--property", "print.key=true"],
+                       capture_output=True, text=True, timeout=90)
+    keys = sorted(l.split("\t")[0] for l in r.stdout.splitlines() if "\t" in l)
+    assert keys == sorted(x["key"].decode() for x in recs), r.stderr[-3000:]
+    ends = {p: hi for p, (lo, hi) in watermarks(b, topic, 4).items()}
+    got = committed(b, group, topic, 4)
+    assert {p: got[p] for p in range(4)} == ends, "the Java consumer committed what it read"
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":

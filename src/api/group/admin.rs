@@ -20,15 +20,15 @@ pub async fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGr
     let groups = ctx.broker.groups().with_core(|core| core.list_groups());
     let listed = groups
         .into_iter()
-        .filter(|g| g.state != GroupState::Dead)
-        .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .filter(|g| g.state != GroupState::Dead.name())
+        .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == g.group_type))
         .map(|g| {
             list_groups_response::ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(&g.group_id)))
                 .with_protocol_type(str_bytes(&g.protocol_type))
-                .with_group_state(str_bytes(g.state.name()))
-                .with_group_type(str_bytes("classic"))
+                .with_group_state(str_bytes(g.state))
+                .with_group_type(str_bytes(g.group_type))
         })
         .collect();
     ListGroupsResponse::default().with_groups(listed)

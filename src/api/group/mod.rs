@@ -6,6 +6,7 @@
 //! This node coordinates every group (single-node cluster), so FindCoordinator always names it.
 
 pub mod admin;
+pub mod consumer;
 pub mod membership;
 pub mod offsets;
 

@@ -95,6 +95,10 @@ pub async fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> Offs
                 if let Some(e) = ready {
                     return group.with_error_code(e.code());
                 }
+                let member = g.member_id.as_deref();
+                if let Some(e) = ctx.broker.groups().with_core(|core| core.validate_offset_fetch(&g.group_id, member, g.member_epoch)) {
+                    return group.with_error_code(e.code());
+                }
                 let topics = g.topics.as_ref().map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
                 let rows = fetch_group(ctx, &g.group_id, topics);
                 group.with_topics(
