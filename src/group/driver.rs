@@ -87,13 +87,13 @@ impl Groups {
         let (rx, _) = self.run(broker, |core, park| {
             let token = park.token();
             match core.join(group_id, req, token, now) {
-                Outcome::Now(r) => Err(r),
-                Outcome::Parked => Ok(park.park(token)),
+                Outcome::Now(r) => Answer::Now(Box::new(r)),
+                Outcome::Parked => Answer::Wait(park.park(token)),
             }
         });
         match rx {
-            Err(now) => now,
-            Ok(rx) => match rx.await {
+            Answer::Now(now) => *now,
+            Answer::Wait(rx) => match rx.await {
                 Ok(Reply::Join(r)) => r,
                 _ => JoinReply::error(ResponseError::CoordinatorNotAvailable, &member_id),
             },
@@ -116,13 +116,13 @@ impl Groups {
         let (rx, persisted) = self.run(broker, |core, park| {
             let token = park.token();
             match core.sync(group_id, member_id, instance_id, generation_id, protocol_type, protocol_name, assignments, token, now) {
-                Outcome::Now(r) => Err(r),
-                Outcome::Parked => Ok(park.park(token)),
+                Outcome::Now(r) => Answer::Now(Box::new(r)),
+                Outcome::Parked => Answer::Wait(park.park(token)),
             }
         });
         let reply = match rx {
-            Err(now) => now,
-            Ok(rx) => match rx.await {
+            Answer::Now(now) => *now,
+            Answer::Wait(rx) => match rx.await {
                 Ok(Reply::Sync(r)) => r,
                 _ => SyncReply::error(ResponseError::CoordinatorNotAvailable),
             },
@@ -304,6 +304,12 @@ impl Groups {
         tracing::info!(records = count, elapsed_ms = started.elapsed().as_millis() as u64, "loaded consumer groups");
         Ok(())
     }
+}
+
+/// An answer available now, or a parked request's channel.
+enum Answer<T> {
+    Now(Box<T>),
+    Wait(oneshot::Receiver<Reply>),
 }
 
 /// Token allocation and parking, handed to the closure run under the lock.

@@ -42,7 +42,9 @@ fn describe_one(ctx: &RequestContext, group_id: &GroupId, with_ops: bool) -> des
         return base.with_error_code(e.code());
     }
     ctx.broker.groups().with_core(|core| {
-        let Some(entry) = core.group(group_id).filter(|e| e.classic.state() != GroupState::Dead) else {
+        // Kafka 4.x describes only classic groups here; a consumer (KIP-848) group answers like
+        // a missing one ("is not a classic group").
+        let Some(entry) = core.group(group_id).filter(|e| e.classic.state() != GroupState::Dead && e.consumer.is_none()) else {
             // Kafka 4.x (KIP-1043): v6 answers GROUP_ID_NOT_FOUND; older versions a Dead group.
             let base = base.with_group_state(str_bytes(GroupState::Dead.name()));
             return if ctx.api_version >= 6 {

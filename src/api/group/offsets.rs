@@ -66,11 +66,14 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// (partition, committed offset, leader epoch, metadata).
+type OffsetRow = (i32, i64, i32, String);
+
 /// One group's offsets: `topics` None = every committed partition.
-fn fetch_group(ctx: &RequestContext, group_id: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Vec<(String, Vec<(i32, i64, i32, String)>)> {
+fn fetch_group(ctx: &RequestContext, group_id: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Vec<(String, Vec<OffsetRow>)> {
     let wanted = topics.as_ref().map(|ts| ts.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p))).collect());
     let found = ctx.broker.groups().with_core(|core| core.fetch_offsets(group_id, wanted));
-    let mut out: Vec<(String, Vec<(i32, i64, i32, String)>)> = Vec::new();
+    let mut out: Vec<(String, Vec<OffsetRow>)> = Vec::new();
     for (t, p, v) in found {
         let row = match v {
             Some(v) => (p, v.offset, v.leader_epoch, v.metadata),

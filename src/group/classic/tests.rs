@@ -266,7 +266,8 @@ fn members_that_never_sync_are_removed_after_the_rebalance_timeout() {
 fn offset_commit_validation_matches_kafka() {
     let (mut g, ids) = stable_group(1, false, 0);
     let gen = g.generation_id();
-    let cases: Vec<(&str, Option<&str>, i32, Result<(), ResponseError>)> = vec![
+    type Case<'a> = (&'a str, Option<&'a str>, i32, Result<(), ResponseError>);
+    let cases: Vec<Case> = vec![
         (&ids[0], None, gen, Ok(())),
         (&ids[0], None, gen + 1, Err(ResponseError::IllegalGeneration)),
         ("ghost", None, gen, Err(ResponseError::UnknownMemberId)),
