@@ -193,7 +193,7 @@ impl ConsumerGroup {
                 };
                 let lost_response = e == m.previous_member_epoch && req.owned.as_ref().is_some_and(|o| o.is_subset(&m.assigned));
                 if e != m.member_epoch && !lost_response {
-                    return HeartbeatReply::error(ResponseError::FencedMemberEpoch, &format!("The consumer group member has a smaller member epoch ({e}) than the one known by the group coordinator ({}).", m.member_epoch), &req.member_id);
+                    return HeartbeatReply::error(ResponseError::FencedMemberEpoch, &format!("The consumer group member has a smaller member epoch ({e}) than the one known by the group coordinator ({}). The member must abandon all its partitions and rejoin.", m.member_epoch), &req.member_id);
                 }
             }
             e => return HeartbeatReply::error(ResponseError::InvalidRequest, &format!("MemberEpoch {e} is invalid."), &req.member_id),

@@ -5,6 +5,7 @@
 //! order, as Kafka does).
 
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
 
 
 use super::{code, not_ready};
@@ -64,6 +65,10 @@ pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGrou
 pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGroupResponse {
     if let Some(e) = not_ready(ctx) {
         return SyncGroupResponse::default().with_error_code(e.code());
+    }
+    // Kafka (SyncGroupRequest.areMandatoryProtocolTypeAndNamePresent): v5+ must carry both.
+    if ctx.api_version >= 5 && (req.protocol_type.is_none() || req.protocol_name.is_none()) {
+        return SyncGroupResponse::default().with_error_code(ResponseError::InconsistentGroupProtocol.code());
     }
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
     let r = ctx
