@@ -107,7 +107,11 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     retention.abort();
     tracing::info!("shutting down: flushing logs");
     let b = broker.clone();
-    tokio::task::spawn_blocking(move || b.flush_all()).await?;
+    tokio::task::spawn_blocking(move || {
+        b.flush_all();
+        b.write_checkpoints(true);
+    })
+    .await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -206,5 +206,8 @@ pub async fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> 
             DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
         })
         .collect();
+    // The new log start offsets must survive a restart before we acknowledge.
+    let b = broker.clone();
+    let _ = tokio::task::spawn_blocking(move || b.write_checkpoints(false)).await;
     DeleteRecordsResponse::default().with_topics(topics)
 }

@@ -52,11 +52,20 @@ impl Broker {
         Client::connect_to(&self.addr)
     }
 
-    pub fn stop(mut self) -> tempfile::TempDir {
+    /// SIGKILL (no clean shutdown); returns the data dir for a restart.
+    pub fn kill9(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        dir
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    /// SIGTERM and wait for the clean shutdown; returns the data dir for a restart.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        let pid = self.child.id() as i32;
+        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "clean shutdown failed: {status:?}");
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
 }
 
