@@ -27,7 +27,7 @@ fn batch(first: usize, n: usize) -> Bytes {
             sequence: i as i32 - 1,
             timestamp: 1_700_000_000_000 + (first + i) as i64,
             key: Some(Bytes::from(format!("k{}", first + i))),
-            value: Some(Bytes::from(format!("value-{}", first + i))),
+            value: Some(Bytes::from(value(first + i))),
             headers: IndexMap::new(),
         })
         .collect();
@@ -117,16 +117,21 @@ fn read_all(c: &mut Client, topic: &str, from: i64) -> Vec<(i64, String, String)
     }
 }
 
+/// ~1 KiB values so a few thousand records span several 1 MiB segments (Kafka's minimum).
+fn value(i: usize) -> String {
+    format!("value-{i}-{}", "x".repeat(1000))
+}
+
 fn expected(range: std::ops::Range<usize>) -> Vec<(i64, String, String)> {
-    range.map(|i| (i as i64, format!("k{i}"), format!("value-{i}"))).collect()
+    range.map(|i| (i as i64, format!("k{i}"), value(i))).collect()
 }
 
 #[test]
 fn records_survive_a_clean_restart_across_segments() {
     let b = Broker::start(&[]);
     let mut c = b.connect();
-    create(&mut c, "t", &[("segment.bytes", "4096")]);
-    for i in 0..50 {
+    create(&mut c, "t", &[("segment.bytes", "1048576")]);
+    for i in 0..300 {
         assert_eq!(produce(&mut c, "t", batch(i * 10, 10)), (i * 10) as i64);
     }
     let dir = b.stop();
@@ -138,10 +143,10 @@ fn records_survive_a_clean_restart_across_segments() {
     let b = Broker::start_in(dir, &[]);
     let mut c = b.connect();
     assert_eq!(offsets(&mut c, "t", -2), 0);
-    assert_eq!(offsets(&mut c, "t", -1), 500);
-    assert_eq!(read_all(&mut c, "t", 0), expected(0..500));
+    assert_eq!(offsets(&mut c, "t", -1), 3000);
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..3000));
     // Appends continue at the right offset.
-    assert_eq!(produce(&mut c, "t", batch(500, 1)), 500);
+    assert_eq!(produce(&mut c, "t", batch(3000, 1)), 3000);
 }
 
 #[test]
@@ -163,8 +168,8 @@ fn acknowledged_records_survive_kill_9() {
 fn delete_records_moves_log_start_and_survives_restart() {
     let b = Broker::start(&[]);
     let mut c = b.connect();
-    create(&mut c, "t", &[("segment.bytes", "2048")]);
-    for i in 0..40 {
+    create(&mut c, "t", &[("segment.bytes", "1048576")]);
+    for i in 0..500 {
         produce(&mut c, "t", batch(i * 5, 5));
     }
     let req = DeleteRecordsRequest::default().with_timeout_ms(5000).with_topics(vec![
@@ -175,16 +180,27 @@ fn delete_records_moves_log_start_and_survives_restart() {
     let r = c.call(&req, 2);
     assert_eq!(r.topics[0].partitions[0].error_code, 0);
     assert_eq!(r.topics[0].partitions[0].low_watermark, 123);
+    // Deleting past a whole segment removes its files.
+    let mut far = req.clone();
+    far.topics[0].partitions[0].offset = 1500;
+    assert_eq!(c.call(&far, 2).topics[0].partitions[0].low_watermark, 1500);
+    let logs = std::fs::read_dir(b.dir.path().join("data/t-0"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().map(|x| x == "log").unwrap_or(false))
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect::<Vec<_>>();
+    assert!(!logs.contains(&format!("{:020}.log", 0)), "first segment should be gone: {logs:?}");
     // Beyond the high watermark is refused.
     let over = req.clone();
     let mut over = over;
-    over.topics[0].partitions[0].offset = 1000;
+    over.topics[0].partitions[0].offset = 2501;
     assert_eq!(c.call(&over, 2).topics[0].partitions[0].error_code, kafka_protocol::ResponseError::OffsetOutOfRange.code());
 
-    assert_eq!(offsets(&mut c, "t", -2), 123);
+    assert_eq!(offsets(&mut c, "t", -2), 1500);
     let dir = b.kill9();
     let b = Broker::start_in(dir, &[]);
     let mut c = b.connect();
-    assert_eq!(offsets(&mut c, "t", -2), 123);
-    assert_eq!(read_all(&mut c, "t", 123), expected(123..200));
+    assert_eq!(offsets(&mut c, "t", -2), 1500);
+    assert_eq!(read_all(&mut c, "t", 1500), expected(1500..2500));
 }

@@ -25,7 +25,7 @@ pub use properties::parse_properties;
 /// A configuration value that failed validation, or an unreadable config file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("invalid value {value:?} for configuration {key}: {expected}")]
+    #[error("Invalid value {value} for configuration {key}: {expected}")]
     InvalidValue { key: String, value: String, expected: String },
     #[error("cannot read config file {path}")]
     Read {
@@ -280,7 +280,7 @@ where
     let v = value.trim();
     match v.parse::<T>() {
         Ok(n) if n >= min && n <= max => Ok(n),
-        _ => Err(invalid(key, value, &format!("an integer in [{min}, {max}]"))),
+        _ => Err(invalid(key, value, &format!("Value must be an integer in [{min}, {max}]"))),
     }
 }
 
@@ -288,7 +288,7 @@ pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
-        _ => Err(invalid(key, value, "true or false")),
+        _ => Err(invalid(key, value, "Expected value to be either true or false")),
     }
 }
 
