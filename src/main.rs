@@ -47,11 +47,13 @@ fn load_config(args: &ConfigArgs) -> Result<BrokerConfig, ConfigError> {
         let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::MalformedOverride(o.clone()))?;
         pairs.push((k.trim().to_string(), v.trim().to_string()));
     }
-    let loaded = BrokerConfig::from_pairs(pairs)?;
-    for key in &loaded.unknown_keys {
-        tracing::warn!(key = %key, "unknown configuration key ignored");
+    let mut seen = std::collections::BTreeSet::new();
+    for key in config::unknown_keys(pairs.iter().map(|(k, _)| k.as_str())) {
+        if seen.insert(key.clone()) {
+            tracing::warn!(key = %key, "unknown configuration key ignored");
+        }
     }
-    Ok(loaded.config)
+    Ok(BrokerConfig::from_pairs(pairs)?.config)
 }
 
 fn init_logging() {

@@ -126,9 +126,18 @@ fn expected(range: std::ops::Range<usize>) -> Vec<(i64, String, String)> {
     range.map(|i| (i as i64, format!("k{i}"), value(i))).collect()
 }
 
+/// Every restart test runs on both log I/O backends.
+const BACKENDS: [&str; 2] = ["log.io.backend=std", "log.io.backend=auto"];
+
 #[test]
 fn records_survive_a_clean_restart_across_segments() {
-    let b = Broker::start(&[]);
+    for backend in BACKENDS {
+        clean_restart_across_segments(backend);
+    }
+}
+
+fn clean_restart_across_segments(backend: &str) {
+    let b = Broker::start(&[backend]);
     let mut c = b.connect();
     create(&mut c, "t", &[("segment.bytes", "1048576")]);
     for i in 0..300 {
@@ -140,7 +149,7 @@ fn records_survive_a_clean_restart_across_segments() {
         .filter(|e| e.as_ref().unwrap().path().extension().map(|x| x == "log").unwrap_or(false))
         .count();
     assert!(segments > 2, "expected several segments, got {segments}");
-    let b = Broker::start_in(dir, &[]);
+    let b = Broker::start_in(dir, &[backend]);
     let mut c = b.connect();
     assert_eq!(offsets(&mut c, "t", -2), 0);
     assert_eq!(offsets(&mut c, "t", -1), 3000);
@@ -151,14 +160,20 @@ fn records_survive_a_clean_restart_across_segments() {
 
 #[test]
 fn acknowledged_records_survive_kill_9() {
-    let b = Broker::start(&["log.flush.interval.messages=1"]);
+    for backend in BACKENDS {
+        records_survive_kill_9(backend);
+    }
+}
+
+fn records_survive_kill_9(backend: &str) {
+    let b = Broker::start(&["log.flush.interval.messages=1", backend]);
     let mut c = b.connect();
     create(&mut c, "t", &[]);
     for i in 0..100 {
         produce(&mut c, "t", batch(i * 3, 3));
     }
     let dir = b.kill9();
-    let b = Broker::start_in(dir, &[]);
+    let b = Broker::start_in(dir, &[backend]);
     let mut c = b.connect();
     assert_eq!(read_all(&mut c, "t", 0), expected(0..300));
     assert_eq!(produce(&mut c, "t", batch(300, 1)), 300);

@@ -153,15 +153,7 @@ impl BrokerConfig {
             })
         };
 
-        let mut unknown_keys = Vec::new();
-        for key in raw.keys() {
-            let known = BROKER_KEYS.iter().any(|(k, _)| k == key)
-                || ACCEPTED_KEYS.contains(&key.as_str())
-                || topic::broker_key_to_topic(key).is_some();
-            if !known {
-                unknown_keys.push(key.clone());
-            }
-        }
+        let unknown_keys = unknown_keys(raw.keys().map(String::as_str));
 
         let node_id = match raw.get("node.id").or_else(|| raw.get("broker.id")) {
             Some(v) => parse_int::<i32>("node.id", v, 0, i32::MAX)?,
@@ -266,6 +258,18 @@ impl BrokerConfig {
         out.insert("node.id".into(), (self.node_id.to_string(), self.raw.contains_key("node.id")));
         out.into_iter().map(|(k, (v, set))| (k, v, set)).collect()
     }
+}
+
+/// The keys neither sluice nor Kafka's broker config knows (reported as warnings, also when
+/// another key's value is invalid).
+pub fn unknown_keys<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<String> {
+    keys.filter(|key| {
+        !(BROKER_KEYS.iter().any(|(k, _)| k == key)
+            || ACCEPTED_KEYS.contains(key)
+            || topic::broker_key_to_topic(key).is_some())
+    })
+    .map(String::from)
+    .collect()
 }
 
 pub(crate) fn invalid(key: &str, value: &str, expected: &str) -> ConfigError {

@@ -69,7 +69,13 @@ impl Server {
         let mut listeners = Vec::new();
         let mut bound = Vec::new();
         for ep in &broker.config.listeners {
-            let host = if ep.host.is_empty() { "0.0.0.0" } else { ep.host.as_str() };
+            // "localhost" binds the IPv4 loopback: resolving it may yield ::1 first, and the
+            // clients that resolve it to 127.0.0.1 would then find nothing listening.
+            let host = match ep.host.as_str() {
+                "" => "0.0.0.0",
+                "localhost" => "127.0.0.1",
+                h => h,
+            };
             let listener = TcpListener::bind((host, ep.port))
                 .await
                 .map_err(|source| BindError { endpoint: ep.to_string(), source })?;
