@@ -314,3 +314,38 @@ fn fetch_long_poll_is_woken_by_an_append() {
     // Woken by the append, long before max_wait_ms.
     assert!(waited < std::time::Duration::from_secs(10), "fetch waited {waited:?}");
 }
+
+fn vm_data_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmData:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn claimed_frame_sizes_do_not_reserve_memory_before_the_bytes_arrive() {
+    let b = Broker::start(&[]);
+    let mut probe = b.connect();
+    assert_eq!(probe.call(&ApiVersionsRequest::default(), 3).error_code, 0);
+    let before = vm_data_kib(b.child.id());
+    // 20 connections each announce a 100 MB request (just under the limit) and send 8 bytes.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut c = b.connect();
+        let mut buf = BytesMut::new();
+        buf.put_i32(104_857_600 - 1);
+        buf.put_i16(0);
+        buf.put_i16(9);
+        buf.put_i32(1);
+        c.send_raw(&buf);
+        held.push(c);
+    }
+    // The broker has read the prefixes once the probe (served after them) answers.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(probe.call(&ApiVersionsRequest::default(), 3).error_code, 0);
+    let after = vm_data_kib(b.child.id());
+    let grown_mib = after.saturating_sub(before) / 1024;
+    assert!(grown_mib < 200, "announcing 2 GB of requests grew the broker's data segment by {grown_mib} MiB");
+}

@@ -5,9 +5,9 @@
 //! from pipelining, which the read buffer absorbs.
 //!
 //! # Invariants
-//! - The read buffer never reserves more than one validated frame (prefix + body) beyond what
-//!   has arrived; a frame size that is negative or above `socket.request.max.bytes` closes the
-//!   connection before anything is reserved for it.
+//! - The read buffer grows by at most [`MAX_READ_RESERVE`] beyond the bytes that have arrived,
+//!   and never past one validated frame; a frame size that is negative or above
+//!   `socket.request.max.bytes` closes the connection before anything is reserved for it.
 //! - Nothing a client sends ends the process: unknown api keys and unsupported versions close
 //!   this connection only (ApiVersions gets Kafka's v0 UNSUPPORTED_VERSION answer instead).
 //! - Responses are flushed when no further complete request is already buffered, so a burst of
@@ -27,6 +27,9 @@ use crate::protocol::frame::{self, FrameCheck};
 
 /// Initial read buffer; grows only to the size of a validated frame.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Most the read buffer grows by per read, so memory follows bytes received.
+const MAX_READ_RESERVE: usize = 1 << 20;
 
 /// Why a connection ended (logged once, with context).
 #[derive(Debug)]
@@ -56,8 +59,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                             break 'conn Closed::Io(e);
                         }
                     }
-                    let want = (needed - buf.len()).max(READ_CHUNK.min(needed));
-                    buf.reserve(want);
+                    // Grow with the data that really arrives, never by the size a client
+                    // claims: a 4-byte prefix announcing 100 MB reserves one chunk, not 100 MB.
+                    buf.reserve((needed - buf.len()).clamp(1, MAX_READ_RESERVE));
                     match reader.read_buf(&mut buf).await {
                         Ok(0) => break 'conn Closed::ByPeer,
                         Ok(_) => {}
