@@ -97,6 +97,8 @@ pub struct Broker {
     producer_ids: Mutex<ProducerIdAllocator>,
     /// Set once listeners are bound (port 0 resolves to the real port).
     advertised: RwLock<Vec<Endpoint>>,
+    /// Traffic counters, connection count and the group view behind `/metrics`.
+    pub metrics: Arc<crate::metrics::BrokerMetrics>,
 }
 
 fn now_ms() -> i64 {
@@ -123,6 +125,7 @@ impl Broker {
             topic_configs: Mutex::new(topic_configs),
             producer_ids: Mutex::new(producer_ids),
             advertised: RwLock::new(Vec::new()),
+            metrics: Arc::default(),
             config,
         };
         broker.load_topics()?;
@@ -406,6 +409,11 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// Name of the log I/O backend in use (`io_uring` or `std`).
+    pub fn io_backend_name(&self) -> &'static str {
+        self.io.name()
     }
 
     pub fn now_ms(&self) -> i64 {
