@@ -151,3 +151,168 @@ fn collect_process(broker: &Broker, e: &mut Exposition) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::metrics::{CommittedOffset, GroupSummary, GroupsView};
+    use crate::protocol::record_batch::{encode_uncompressed_batch, SimpleRecord};
+
+    struct FakeGroups {
+        committed: Vec<CommittedOffset>,
+        groups: Vec<GroupSummary>,
+    }
+
+    impl GroupsView for FakeGroups {
+        fn committed_offsets(&self) -> Vec<CommittedOffset> {
+            self.committed.clone()
+        }
+        fn groups(&self) -> Vec<GroupSummary> {
+            self.groups.clone()
+        }
+    }
+
+    fn broker(dir: &std::path::Path) -> Broker {
+        let pairs = [("log.dirs".to_string(), dir.display().to_string()), ("log.io.backend".into(), "std".into())];
+        Broker::open(BrokerConfig::from_pairs(pairs).unwrap().config).unwrap()
+    }
+
+    /// Appends one batch of `n` records stamped `ts` (CreateTime) to `topic`-`p`.
+    fn append(b: &Broker, topic: &str, p: i32, n: usize, ts: i64) {
+        let value = [7u8; 10];
+        let records: Vec<SimpleRecord> = (0..n).map(|_| SimpleRecord { timestamp: ts, key: None, value: Some(&value) }).collect();
+        let mut batch = encode_uncompressed_batch(&records);
+        let t = b.topic(topic).unwrap();
+        let part = t.partition(p).unwrap();
+        let a = part.append(&mut batch, ts).unwrap();
+        b.metrics.record_produce(&t.name, p, a.records, a.bytes);
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')).map(|v| v.parse().unwrap()))
+    }
+
+    fn render(b: &Broker, now_ms: i64) -> String {
+        let mut out = String::new();
+        collect(b, now_ms).write_to(&mut out);
+        out
+    }
+
+    #[test]
+    fn partition_gauges_and_traffic_follow_live_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = broker(dir.path());
+        b.create_topic("orders", 2, 1, BTreeMap::new()).unwrap();
+        append(&b, "orders", 0, 10, 1_000);
+        append(&b, "orders", 0, 30, 2_000);
+        let text = render(&b, 3_000);
+        assert_eq!(value(&text, r#"sluice_partition_log_end_offset{topic="orders",partition="0"}"#), Some(40.0));
+        assert_eq!(value(&text, r#"sluice_partition_high_watermark{topic="orders",partition="0"}"#), Some(40.0));
+        assert_eq!(value(&text, r#"sluice_partition_log_end_offset{topic="orders",partition="1"}"#), Some(0.0));
+        assert_eq!(value(&text, r#"sluice_topic_records_in_total{topic="orders"}"#), Some(40.0));
+        assert_eq!(value(&text, r#"sluice_topic_batches_in_total{topic="orders"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"sluice_topic_records_per_batch{topic="orders"}"#), Some(20.0));
+        // All bytes on one of two partitions: max/mean = 2.
+        assert_eq!(value(&text, r#"sluice_topic_partition_skew_ratio{topic="orders"}"#), Some(2.0));
+        let size = value(&text, r#"sluice_partition_log_size_bytes{topic="orders",partition="0"}"#).unwrap();
+        assert_eq!(value(&text, r#"sluice_topic_bytes_in_total{topic="orders"}"#), Some(size));
+        assert_eq!(value(&text, "sluice_partitions"), Some(2.0));
+        assert_eq!(value(&text, "sluice_under_min_isr_partitions"), Some(0.0));
+        assert!(!text.contains("sluice_consumer_group"), "no group series without a GroupsView");
+
+        let topic = b.topic("orders").unwrap();
+        b.delete_topic(&topic).unwrap();
+        let text = render(&b, 4_000);
+        assert!(!text.contains(r#"topic="orders""#), "a deleted topic's series vanish:\n{text}");
+    }
+
+    #[test]
+    fn lag_metrics_come_from_committed_offsets_and_batch_timestamps() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = broker(dir.path());
+        let configs = BTreeMap::from([("retention.ms".to_string(), "100000".to_string())]);
+        b.create_topic("t", 1, 1, configs).unwrap();
+        append(&b, "t", 0, 10, 10_000); // offsets 0..9
+        append(&b, "t", 0, 10, 20_000); // offsets 10..19
+        append(&b, "t", 0, 10, 30_000); // offsets 20..29
+        let view = FakeGroups {
+            committed: vec![
+                // Mid-way through the second batch: the oldest unread batch is stamped 20 s.
+                CommittedOffset { group: "slow".into(), topic: "t".into(), partition: 0, offset: 15, commit_timestamp_ms: 50_000 },
+                CommittedOffset { group: "fast".into(), topic: "t".into(), partition: 0, offset: 30, commit_timestamp_ms: 69_000 },
+                // Unknown partitions and "no offset" are skipped, not reported as lag.
+                CommittedOffset { group: "fast".into(), topic: "gone".into(), partition: 0, offset: 3, commit_timestamp_ms: 0 },
+                CommittedOffset { group: "fast".into(), topic: "t".into(), partition: 7, offset: 3, commit_timestamp_ms: 0 },
+                CommittedOffset { group: "new".into(), topic: "t".into(), partition: 0, offset: -1, commit_timestamp_ms: 0 },
+            ],
+            groups: vec![GroupSummary {
+                group: "slow".into(),
+                state: "Stable".into(),
+                members: 2,
+                generation: 5,
+                rebalances_total: 4,
+                last_rebalance_duration_ms: Some(1500),
+            }],
+        };
+        b.metrics.set_groups_view(Arc::new(view));
+        // Lag samples 5 s apart, growing by 10 records each: trend 2 records/s.
+        let mut sampler = crate::metrics::sampler::Sampler::default();
+        for i in 0..4 {
+            sampler.record_lag("slow", "t", 0, 50_000 + i * 5_000, (i * 10) as f64);
+        }
+        *b.metrics.sampler.lock() = sampler;
+
+        let text = render(&b, 80_000);
+        let slow = r#"{group="slow",topic="t",partition="0"}"#;
+        let fast = r#"{group="fast",topic="t",partition="0"}"#;
+        let v = |name: &str, labels: &str| value(&text, &format!("{name}{labels}"));
+        assert_eq!(v("sluice_consumer_group_lag_records", slow), Some(15.0));
+        assert_eq!(v("sluice_consumer_group_lag_seconds", slow), Some(60.0));
+        assert_eq!(v("sluice_consumer_group_retention_used_ratio", slow), Some(0.6));
+        assert_eq!(v("sluice_consumer_group_commit_age_seconds", slow), Some(30.0));
+        assert_eq!(v("sluice_consumer_group_committed_offset", slow), Some(15.0));
+        assert_eq!(v("sluice_consumer_group_lag_trend_records_per_second", slow), Some(2.0));
+        assert_eq!(v("sluice_consumer_group_lag_records", fast), Some(0.0));
+        assert_eq!(v("sluice_consumer_group_lag_seconds", fast), Some(0.0));
+        assert_eq!(v("sluice_consumer_group_lag_trend_records_per_second", fast), None);
+        assert_eq!(v("sluice_consumer_group_members", r#"{group="slow"}"#), Some(2.0));
+        assert_eq!(v("sluice_consumer_group_state", r#"{group="slow",state="Stable"}"#), Some(1.0));
+        assert_eq!(v("sluice_consumer_group_rebalances_total", r#"{group="slow"}"#), Some(4.0));
+        assert_eq!(v("sluice_consumer_group_last_rebalance_duration_seconds", r#"{group="slow"}"#), Some(1.5));
+        assert_eq!(value(&text, "sluice_consumer_groups"), Some(3.0));
+        assert!(!text.contains(r#"topic="gone""#) && !text.contains(r#"partition="7""#) && !text.contains(r#"group="new",topic"#));
+
+        // Retention deletes the first segment's worth: lag now dates from the oldest remaining
+        // record, and the committed offset below the log start still counts as lag.
+        b.topic("t").unwrap().partition(0).unwrap().delete_records_before(20).unwrap();
+        let text = render(&b, 80_000);
+        assert_eq!(value(&text, &format!("sluice_consumer_group_lag_records{slow}")), Some(15.0));
+        assert_eq!(value(&text, &format!("sluice_consumer_group_lag_seconds{slow}")), Some(50.0));
+    }
+
+    #[test]
+    fn sampler_fills_windows_used_by_the_trend_and_rates() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = broker(dir.path());
+        b.create_topic("t", 1, 1, BTreeMap::new()).unwrap();
+        let view = FakeGroups {
+            committed: vec![CommittedOffset { group: "g".into(), topic: "t".into(), partition: 0, offset: 0, commit_timestamp_ms: 0 }],
+            groups: vec![],
+        };
+        b.metrics.set_groups_view(Arc::new(view));
+        for i in 0..5 {
+            append(&b, "t", 0, 5, 1_000 + i * 5_000);
+            sampler::sample(&b, 1_000 + i * 5_000);
+        }
+        let text = render(&b, 30_000);
+        // Lag grows by 5 records every 5 s.
+        let trend = value(&text, r#"sluice_consumer_group_lag_trend_records_per_second{group="g",topic="t",partition="0"}"#);
+        assert!((trend.unwrap() - 1.0).abs() < 1e-9, "{trend:?}");
+        assert_eq!(value(&text, r#"sluice_topic_records_per_batch{topic="t"}"#), Some(5.0));
+        assert_eq!(value(&text, r#"sluice_topic_partition_skew_ratio{topic="t"}"#), Some(1.0));
+    }
+}

@@ -48,12 +48,15 @@ impl PartitionTraffic {
     }
 }
 
+/// topic -> partition -> counters.
+type TrafficTable = HashMap<Arc<str>, HashMap<i32, Arc<PartitionTraffic>>>;
+
 /// Metric state owned by the broker.
 #[derive(Default)]
 pub struct BrokerMetrics {
     /// topic -> partition -> counters. Entries are created on first traffic and pruned at scrape
     /// time when their topic or partition no longer exists.
-    traffic: RwLock<HashMap<Arc<str>, HashMap<i32, Arc<PartitionTraffic>>>>,
+    traffic: RwLock<TrafficTable>,
     active_connections: AtomicI64,
     /// Set by the group coordinator once it runs; lag metrics are absent until then.
     groups: RwLock<Option<Arc<dyn GroupsView>>>,
