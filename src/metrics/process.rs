@@ -54,7 +54,7 @@ pub fn read() -> ProcessStats {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        s.max_fds = Some(u64::from(lim.rlim_cur));
+        s.max_fds = Some(lim.rlim_cur);
     }
     s
 }
