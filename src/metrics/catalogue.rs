@@ -257,4 +257,46 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn every_metric_in_grafana_dashboards_and_alerts_exists() {
+        let files = [
+            include_str!("../../grafana/alerts.yml"),
+            include_str!("../../grafana/alerts_test.yml"),
+            include_str!("../../grafana/dashboards/sluice-overview.json"),
+            include_str!("../../grafana/dashboards/sluice-topics.json"),
+            include_str!("../../grafana/dashboards/sluice-consumer-groups.json"),
+            include_str!("../../grafana/dashboards/sluice-requests.json"),
+        ];
+        let mut used = 0;
+        for text in files {
+            let bytes = text.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                let Some(rest) = text.get(i..) else {
+                    i += 1;
+                    continue;
+                };
+                let starts = (rest.starts_with("sluice_") || rest.starts_with("process_"))
+                    && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+                if !starts {
+                    i += 1;
+                    continue;
+                }
+                let len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                let name = &rest[..len];
+                i += len;
+                if name.starts_with("sluice_e2e") {
+                    continue;
+                }
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|b| METRICS.iter().any(|m| m.name == *b && m.kind == Kind::Histogram)))
+                    .unwrap_or(name);
+                assert!(METRICS.iter().any(|m| m.name == base), "grafana/ uses {name}, which sluice does not export");
+                used += 1;
+            }
+        }
+        assert!(used > 50, "only {used} metric references found");
+    }
 }
