@@ -102,6 +102,8 @@ pub struct Broker {
     start_offsets: Mutex<HashMap<(String, i32), i64>>,
     /// Serialises checkpoint writers (retention task, DeleteRecords, shutdown).
     checkpoint_lock: Mutex<()>,
+    /// Traffic counters, connection count and the group view behind `/metrics`.
+    pub metrics: Arc<crate::metrics::BrokerMetrics>,
 }
 
 /// Kafka's per-log-dir checkpoint file names.
@@ -134,6 +136,7 @@ impl Broker {
             advertised: RwLock::new(Vec::new()),
             start_offsets: Mutex::new(HashMap::new()),
             checkpoint_lock: Mutex::new(()),
+            metrics: Arc::default(),
             config,
         };
         broker.read_start_offsets();
@@ -465,6 +468,11 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// Name of the log I/O backend in use (`io_uring` or `std`).
+    pub fn io_backend_name(&self) -> &'static str {
+        self.io.name()
     }
 
     pub fn now_ms(&self) -> i64 {

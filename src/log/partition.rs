@@ -396,6 +396,18 @@ impl PartitionLog {
         Ok(empty)
     }
 
+    /// Header of the batch holding `offset` (header only, no record bytes copied); `None` at or
+    /// past the log end. Metrics use it to date the oldest record a consumer group has not read.
+    pub fn batch_header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError> {
+        let offset = offset.max(self.log_start_offset);
+        for seg in &self.segments[self.segment_index_for(offset)..] {
+            if let Some((_, h)) = seg.find_batch(offset)? {
+                return Ok(Some(h));
+            }
+        }
+        Ok(None)
+    }
+
     /// First `(offset, timestamp)` whose record timestamp is >= `timestamp`.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
         let start = self.log_start_offset;

@@ -15,6 +15,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use kafka_protocol::messages::ApiKey;
@@ -23,6 +24,7 @@ use tokio::net::TcpStream;
 
 use crate::api::{self, api_versions, fetch_session::FetchSessionCache, versions, Dispatch, RequestContext};
 use crate::broker::Broker;
+use crate::metrics::{self, CloseReason, RequestTimes};
 use crate::protocol::frame::{self, FrameCheck};
 
 /// Initial read buffer; grows only to the size of a validated frame.
@@ -45,6 +47,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let max = broker.config.socket_request_max_bytes;
     let mut client_id: Option<String> = None;
+    let _counted = broker.metrics.connection_opened();
+    // When the read that completed the frame being handled returned (start of its queue time).
+    let mut last_read_at = Instant::now();
     let outcome: Closed = 'conn: loop {
         // Gather one complete frame.
         let len = loop {
@@ -64,13 +69,14 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                     buf.reserve((needed - buf.len()).clamp(1, MAX_READ_RESERVE));
                     match reader.read_buf(&mut buf).await {
                         Ok(0) => break 'conn Closed::ByPeer,
-                        Ok(_) => {}
+                        Ok(_) => last_read_at = Instant::now(),
                         Err(e) => break 'conn Closed::Io(e),
                     }
                 }
             }
         };
         let mut body = frame::take_frame(&mut buf, len);
+        let arrived = last_read_at;
         let prefix = match frame::peek_header_prefix(&body) {
             Ok(p) => p,
             Err(e) => break Closed::Protocol(e.to_string()),
@@ -107,7 +113,10 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
             client_id: client_id.clone(),
             fetch_sessions: sessions.clone(),
         };
-        match api::dispatch(ctx, api_key, body).await {
+        let started = Instant::now();
+        let dispatched = api::dispatch(ctx, api_key, body).await;
+        let handled = Instant::now();
+        match dispatched {
             Dispatch::Respond(resp) => {
                 if let Err(e) = writer.write_all(&resp).await {
                     break Closed::Io(e);
@@ -121,8 +130,15 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                 break Closed::Io(e);
             }
         }
+        let times = RequestTimes { queue: started - arrived, local: handled - started, send: handled.elapsed() };
+        metrics::request_completed(api_key, prefix.api_version, times);
     };
     let _ = writer.flush().await;
+    metrics::connection_closed(match &outcome {
+        Closed::ByPeer => CloseReason::Client,
+        Closed::Io(_) => CloseReason::IoError,
+        Closed::Protocol(_) => CloseReason::ProtocolError,
+    });
     match outcome {
         Closed::ByPeer => tracing::debug!(%peer, client_id = ?client_id, "connection closed by client"),
         Closed::Io(e) => tracing::debug!(%peer, client_id = ?client_id, error = %e, "connection I/O error"),

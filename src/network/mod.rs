@@ -172,6 +172,7 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
         };
         let Ok(permit) = ctx.connections.clone().try_acquire_owned() else {
             tracing::warn!(%peer, limit = ctx.broker.config.max_connections, "max.connections reached; closing new connection");
+            crate::metrics::connection_closed(crate::metrics::CloseReason::Limit);
             continue;
         };
         let slot = {
@@ -179,6 +180,7 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
             let n = t.entry(peer.ip()).or_insert(0);
             if *n >= ctx.broker.config.max_connections_per_ip {
                 tracing::warn!(%peer, limit = ctx.broker.config.max_connections_per_ip, "max.connections.per.ip reached; closing new connection");
+                crate::metrics::connection_closed(crate::metrics::CloseReason::Limit);
                 continue;
             }
             *n += 1;
