@@ -87,8 +87,9 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                 if let Some(id) = id {
                     result.topic_id = id;
                 }
+                // v5+ echoes the topic's configs; older versions have no such field.
                 let effective = crate::config::topic::effective(&broker.config.topic_defaults, &configs);
-                result.configs = Some(
+                result.configs = (ctx.api_version >= 5).then(|| {
                     effective
                         .iter()
                         .map(|(k, v)| {
@@ -97,8 +98,8 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                                 .with_value(Some(str_bytes(v)))
                                 .with_config_source(if configs.contains_key(k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT })
                         })
-                        .collect(),
-                );
+                        .collect()
+                });
             }
             Err(e) => {
                 result.error_code = topic_error_code(&e).code();
