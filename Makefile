@@ -3,7 +3,7 @@ CARGO ?= cargo
 SLUICE_BIN ?= target/release/sluice
 export SLUICE_BIN
 
-.PHONY: all build release run test test-rust test-clients fuzz compat kafka-ref kafka-ref-stop clean
+.PHONY: all build release run test test-rust test-clients fuzz compat compat-matrix kafka-ref kafka-ref-stop clean
 
 all: release
 
@@ -26,6 +26,17 @@ test-rust:
 
 test-clients: release
 	tests/clients/run.sh
+
+## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,
+## kafka-python): `make compat` against sluice, `make compat TARGET=kafka` against Apache Kafka,
+## `make compat-matrix` runs both and regenerates compat/MATRIX.md.
+TARGET ?= sluice
+compat: $(if $(filter sluice,$(TARGET)),release)
+	compat/run.sh --target $(TARGET)
+
+compat-matrix: release
+	compat/run.sh --target kafka --write-matrix
+	compat/run.sh --target sluice --write-matrix
 
 ## Short fuzzing runs of the request and record-batch decoders (needs cargo-fuzz).
 FUZZ_SECONDS ?= 30
