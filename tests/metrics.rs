@@ -3,15 +3,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use bytes::{Bytes, BytesMut};
-use indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 /// The broker plus the metrics address it printed.
 struct Running {
@@ -20,31 +17,9 @@ struct Running {
 }
 
 fn start(overrides: &[&str]) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    cmd.arg("serve")
-        .arg("--override")
-        .arg(format!("log.dirs={}", dir.path().join("data").display()))
-        .arg("--override")
-        .arg("listeners=PLAINTEXT://127.0.0.1:0");
-    for o in overrides {
-        cmd.arg("--override").arg(o);
-    }
-    cmd.stderr(Stdio::piped()).stdout(Stdio::null()).env("SLUICE_LOG", "warn");
-    let mut child = cmd.spawn().expect("start sluice");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut metrics = String::new();
-    let addr = loop {
-        let line = lines.next().expect("sluice exited before listening").unwrap();
-        if let Some(rest) = line.split("sluice metrics listening on http://").nth(1) {
-            metrics = rest.trim().to_string();
-        }
-        if let Some(rest) = line.split("listening on PLAINTEXT://").nth(1) {
-            break rest.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Running { broker: common::Broker { child, addr, dir }, metrics }
+    let broker = common::Broker::start(overrides);
+    let metrics = broker.metrics.clone().unwrap_or_default();
+    Running { broker, metrics }
 }
 
 fn http_get(addr: &str, path: &str) -> (String, String) {
@@ -61,30 +36,13 @@ fn value(text: &str, series: &str) -> Option<f64> {
 }
 
 fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
+    common::topic_name(s)
 }
 
 fn batch(n: usize) -> Bytes {
-    let recs: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: None,
-            value: Some(Bytes::from(vec![b'v'; 50])),
-            headers: IndexMap::new(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
-    buf.freeze()
+    let recs: Vec<common::Rec> =
+        (0..n).map(|i| common::Rec { key: None, value: "v".repeat(50), timestamp: 1_700_000_000_000 + i as i64 }).collect();
+    common::encode_batch(&recs, None)
 }
 
 #[test]

@@ -5,38 +5,19 @@ mod common;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use common::Broker;
-use indexmap::IndexMap;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use kafka_protocol::ResponseError;
 
 fn records(n: usize, producer_id: i64, seq: i32) -> Bytes {
-    let recs: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch: if producer_id >= 0 { 0 } else { -1 },
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence must stay constant for the encoder to keep one batch.
-            sequence: if producer_id >= 0 { seq + i as i32 } else { i as i32 - 1 },
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(format!("v{i}"))),
-            headers: IndexMap::new(),
-        })
+    let recs: Vec<common::Rec> = (0..n)
+        .map(|i| common::Rec { key: Some(format!("k{i}")), value: format!("v{i}"), timestamp: 1_700_000_000_000 + i as i64 })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
-    buf.freeze()
+    common::encode_batch(&recs, (producer_id >= 0).then_some((producer_id, seq)))
 }
 
 fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
+    common::topic_name(s)
 }
 
 fn create_topic(c: &mut common::Client, topic: &str, partitions: i32) {

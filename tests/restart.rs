@@ -2,38 +2,21 @@
 
 mod common;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::{Broker, Client};
-use indexmap::IndexMap;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::RecordBatchDecoder;
 
 fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
+    common::topic_name(s)
 }
 
 fn batch(first: usize, n: usize) -> Bytes {
-    let recs: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000 + (first + i) as i64,
-            key: Some(Bytes::from(format!("k{}", first + i))),
-            value: Some(Bytes::from(value(first + i))),
-            headers: IndexMap::new(),
-        })
+    let recs: Vec<common::Rec> = (first..first + n)
+        .map(|i| common::Rec { key: Some(format!("k{i}")), value: value(i), timestamp: 1_700_000_000_000 + i as i64 })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
-    buf.freeze()
+    common::encode_batch(&recs, None)
 }
 
 fn create(c: &mut Client, topic: &str, configs: &[(&str, &str)]) {

@@ -4,12 +4,10 @@
 
 mod common;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::{Broker, Client};
-use indexmap::IndexMap;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use sluice::api::versions::{is_refused, SUPPORTED};
 
 fn s(v: &str) -> StrBytes {
@@ -17,28 +15,11 @@ fn s(v: &str) -> StrBytes {
 }
 
 fn name(v: &str) -> TopicName {
-    TopicName(s(v))
+    common::topic_name(v)
 }
 
 fn one_record() -> Bytes {
-    let r = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: 1_700_000_000_000,
-        key: Some(Bytes::from_static(b"k")),
-        value: Some(Bytes::from_static(b"v")),
-        headers: IndexMap::new(),
-    };
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, [&r], &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
-    buf.freeze()
+    common::encode_batch(&[common::Rec { key: Some("k".into()), value: "v".into(), timestamp: 1_700_000_000_000 }], None)
 }
 
 fn versions(key: ApiKey) -> std::ops::RangeInclusive<i16> {
