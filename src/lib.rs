@@ -13,6 +13,7 @@
 //!  log             partition log: segments, indexes, recovery, retention, I/O backends
 //!  protocol        framing + record-batch header view (kafka-protocol for messages)
 //!  config          server.properties keys, defaults and validation
+//!  metrics         every metric's name, help and labels; /metrics; consumer lag
 //! ```
 pub mod api;
 pub mod broker;
@@ -20,6 +21,7 @@ pub mod config;
 pub mod group;
 pub mod log;
 pub mod metadata;
+pub mod metrics;
 pub mod network;
 pub mod protocol;
 pub mod replication;

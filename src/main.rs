@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use sluice::broker::{self, Broker};
-use sluice::config::{self, BrokerConfig, ConfigError};
+use sluice::config::{self, BrokerConfig, ConfigError, LogFormat};
 use sluice::network::Server;
 
 #[derive(Parser)]
@@ -37,6 +37,7 @@ enum Command {
     Version,
 }
 
+/// Loads and validates the config, then starts logging as it says (env vars win).
 fn load_config(args: &ConfigArgs) -> Result<BrokerConfig, ConfigError> {
     let mut pairs = Vec::new();
     if let Some(path) = &args.config {
@@ -47,17 +48,28 @@ fn load_config(args: &ConfigArgs) -> Result<BrokerConfig, ConfigError> {
         let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::MalformedOverride(o.clone()))?;
         pairs.push((k.trim().to_string(), v.trim().to_string()));
     }
-    let loaded = BrokerConfig::from_pairs(pairs)?;
-    for key in &loaded.unknown_keys {
-        tracing::warn!(key = %key, "unknown configuration key ignored");
+    // Logging needs the config (log.level/log.format); an invalid config still gets its
+    // unknown-key warnings and its error through the default logger.
+    let loaded = BrokerConfig::from_pairs(pairs.clone());
+    init_logging(loaded.as_ref().ok().map(|l| &l.config));
+    let mut seen = std::collections::BTreeSet::new();
+    for key in config::unknown_keys(pairs.iter().map(|(k, _)| k.as_str())) {
+        if seen.insert(key.clone()) {
+            tracing::warn!(key = %key, "unknown configuration key ignored");
+        }
     }
-    Ok(loaded.config)
+    Ok(loaded?.config)
 }
 
-fn init_logging() {
+/// `SLUICE_LOG` / `SLUICE_LOG_FORMAT` override `log.level` / `log.format`.
+fn init_logging(config: Option<&BrokerConfig>) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let json = std::env::var("SLUICE_LOG_FORMAT").map(|v| v == "json").unwrap_or(false);
+    let level = config.map(|c| c.log_level.as_str()).unwrap_or("info");
+    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new(level));
+    let json = match std::env::var("SLUICE_LOG_FORMAT") {
+        Ok(v) => v == "json",
+        Err(_) => config.map(|c| c.log_format == LogFormat::Json).unwrap_or(false),
+    };
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -72,7 +84,6 @@ fn init_logging() {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logging();
     match cli.command.unwrap_or(Command::Serve(ConfigArgs::default())) {
         Command::Version => {
             println!("sluice {}", env!("CARGO_PKG_VERSION"));
@@ -94,7 +105,16 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    // Installed before the logs open so fsyncs during recovery are measured too.
+    let metrics_handle = match config.metrics_listener {
+        Some(_) => Some(sluice::metrics::install().context("installing the metrics recorder")?),
+        None => None,
+    };
     let broker = Arc::new(tokio::task::block_in_place(|| Broker::open(config)).context("starting the broker")?);
+    broker.metrics.set_startup_duration(started.elapsed());
+    // Bound before the Kafka listeners so its stderr line precedes theirs (tests wait for those).
+    let metrics_server = serve_metrics(&broker, metrics_handle.clone()).await?;
+    let sampler = tokio::spawn(sluice::metrics::sampler::run(broker.clone(), metrics_handle));
     let server = Server::bind(broker.clone()).await?;
     tracing::info!(
         cluster_id = %broker.cluster_id,
@@ -109,11 +129,40 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     retention.abort();
     groups.abort();
     cleaner.abort();
+    sampler.abort();
+    if let Some(m) = metrics_server {
+        m.abort();
+    }
     tracing::info!("shutting down: flushing logs");
     let b = broker.clone();
-    tokio::task::spawn_blocking(move || b.flush_all()).await?;
+    tokio::task::spawn_blocking(move || {
+        b.flush_all();
+        b.write_checkpoints(true);
+    })
+    .await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds `metrics.listener` and spawns the `/metrics` server. A taken default port only warns
+/// (several brokers on one host); an explicitly configured one must bind.
+async fn serve_metrics(
+    broker: &Arc<Broker>,
+    handle: Option<metrics_exporter_prometheus::PrometheusHandle>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(listener) = broker.config.metrics_listener.clone() else { return Ok(None) };
+    match sluice::metrics::http::bind(&listener.addr).await {
+        Ok(l) => Ok(Some(tokio::spawn(sluice::metrics::http::serve(l, broker.clone(), handle)))),
+        Err(e) if !listener.explicit => {
+            tracing::warn!(
+                addr = %listener.addr,
+                error = %e,
+                "default metrics.listener is unavailable; serving without /metrics (set metrics.listener to another host:port, or none)"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on metrics.listener={}", listener.addr)),
+    }
 }
 
 async fn shutdown_signal() {

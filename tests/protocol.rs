@@ -5,38 +5,19 @@ mod common;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use common::Broker;
-use indexmap::IndexMap;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use kafka_protocol::ResponseError;
 
 fn records(n: usize, producer_id: i64, seq: i32) -> Bytes {
-    let recs: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch: if producer_id >= 0 { 0 } else { -1 },
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence must stay constant for the encoder to keep one batch.
-            sequence: if producer_id >= 0 { seq + i as i32 } else { i as i32 - 1 },
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(format!("v{i}"))),
-            headers: IndexMap::new(),
-        })
+    let recs: Vec<common::Rec> = (0..n)
+        .map(|i| common::Rec { key: Some(format!("k{i}")), value: format!("v{i}"), timestamp: 1_700_000_000_000 + i as i64 })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
-    buf.freeze()
+    common::encode_batch(&recs, (producer_id >= 0).then_some((producer_id, seq)))
 }
 
 fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
+    common::topic_name(s)
 }
 
 fn create_topic(c: &mut common::Client, topic: &str, partitions: i32) {
@@ -79,8 +60,10 @@ fn unsupported_api_versions_version_gets_v0_error_with_supported_ranges() {
     assert_eq!(header.correlation_id, 7);
     let resp = ApiVersionsResponse::decode(&mut frame, 0).unwrap();
     assert_eq!(resp.error_code, ResponseError::UnsupportedVersion.code());
-    let av = resp.api_keys.iter().find(|k| k.api_key == 18).unwrap();
-    assert_eq!((av.min_version, av.max_version), (0, 4));
+    // Kafka lists only the ApiVersions range in this answer.
+    assert_eq!(resp.api_keys.len(), 1);
+    let av = &resp.api_keys[0];
+    assert_eq!((av.api_key, av.min_version, av.max_version), (18, 0, 4));
     // The connection stays usable.
     let ok = c.call(&ApiVersionsRequest::default(), 3);
     assert_eq!(ok.error_code, 0);
@@ -311,4 +294,39 @@ fn fetch_long_poll_is_woken_by_an_append() {
     assert!(p.records.as_ref().map(|r| !r.is_empty()).unwrap_or(false));
     // Woken by the append, long before max_wait_ms.
     assert!(waited < std::time::Duration::from_secs(10), "fetch waited {waited:?}");
+}
+
+fn vm_data_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmData:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn claimed_frame_sizes_do_not_reserve_memory_before_the_bytes_arrive() {
+    let b = Broker::start(&[]);
+    let mut probe = b.connect();
+    assert_eq!(probe.call(&ApiVersionsRequest::default(), 3).error_code, 0);
+    let before = vm_data_kib(b.child.id());
+    // 20 connections each announce a 100 MB request (just under the limit) and send 8 bytes.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut c = b.connect();
+        let mut buf = BytesMut::new();
+        buf.put_i32(104_857_600 - 1);
+        buf.put_i16(0);
+        buf.put_i16(9);
+        buf.put_i32(1);
+        c.send_raw(&buf);
+        held.push(c);
+    }
+    // The broker has read the prefixes once the probe (served after them) answers.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(probe.call(&ApiVersionsRequest::default(), 3).error_code, 0);
+    let after = vm_data_kib(b.child.id());
+    let grown_mib = after.saturating_sub(before) / 1024;
+    assert!(grown_mib < 200, "announcing 2 GB of requests grew the broker's data segment by {grown_mib} MiB");
 }

@@ -3,7 +3,7 @@
 //! client understands, so it can retry with a version we speak.
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
 use super::versions::SUPPORTED;
@@ -22,9 +22,10 @@ pub async fn handle(_ctx: &RequestContext, _req: ApiVersionsRequest) -> ApiVersi
     ApiVersionsResponse::default().with_api_keys(api_keys()).with_finalized_features_epoch(-1)
 }
 
-/// The v0 response for an ApiVersions request whose version we do not support.
+/// The v0 response for an ApiVersions request whose version we do not support. Like Kafka, it
+/// lists only the ApiVersions range: all the client needs to retry with a version we speak.
 pub fn unsupported_version_response() -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
-        .with_api_keys(api_keys())
+        .with_api_keys(api_keys().into_iter().filter(|k| k.api_key == ApiKey::ApiVersions as i16).collect())
 }

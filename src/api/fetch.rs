@@ -22,6 +22,7 @@ use super::fetch_session::{PartitionKey, SessionPartition, SessionPlan};
 use super::{topic_name, RequestContext};
 use crate::broker::error_chain;
 use crate::log::LogError;
+use crate::protocol::record_batch::BatchIter;
 use crate::replication::Partition;
 
 /// Longest wait honoured, whatever the client asks (Kafka bounds it by the request timeout).
@@ -178,7 +179,10 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         SessionPlan::Full { session_id: 0 }
     };
     let (session_id, incremental, targets) = match plan {
-        SessionPlan::Error(e) => return FetchResponse::default().with_error_code(e.code()),
+        SessionPlan::Error(e) => {
+            crate::metrics::response_error(kafka_protocol::messages::ApiKey::Fetch, e.code());
+            return FetchResponse::default().with_error_code(e.code());
+        }
         SessionPlan::Full { session_id } => (session_id, false, requested),
         SessionPlan::Incremental { session_id, partitions } => (session_id, true, partitions),
     };
@@ -229,7 +233,13 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
 
     // Build the response, grouping consecutive partitions of a topic.
     let mut responses: Vec<FetchableTopicResponse> = Vec::new();
+    crate::metrics::fetch_response(total);
     for (w, o) in wanted.iter().zip(outcomes) {
+        crate::metrics::response_error(kafka_protocol::messages::ApiKey::Fetch, code(o.error));
+        if let (Some(r), Ok(p)) = (&o.records, &w.partition) {
+            let records: u64 = BatchIter::new(r).flatten().map(|(h, _)| h.last_offset_delta as u64 + 1).sum();
+            broker.metrics.record_fetch(&p.topic, p.index, records, r.len());
+        }
         if let Some((last_hw, last_start)) = w.last_sent {
             let news = o.records.is_some()
                 || code(o.error) != 0
@@ -263,6 +273,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
         }
     }
     for (id, name, p, e) in unresolved {
+        crate::metrics::response_error(kafka_protocol::messages::ApiKey::Fetch, e.code());
         responses.push(
             FetchableTopicResponse::default().with_topic(topic_name(&name)).with_topic_id(id).with_partitions(vec![
                 PartitionData::default()

@@ -38,6 +38,7 @@ fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), ResponseError> {
 
 pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let broker = &ctx.broker;
+    let version = ctx.api_version;
     let topics = req
         .topics
         .into_iter()
@@ -63,7 +64,12 @@ pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                     match lookup(p, rp.timestamp) {
                         Ok((offset, ts)) => {
                             let resp = resp.with_offset(offset).with_timestamp(ts);
-                            if offset >= 0 { resp.with_leader_epoch(p.leader_epoch) } else { resp.with_leader_epoch(-1) }
+                            // leader_epoch exists from v4; older versions must leave the default.
+                            if offset >= 0 && version >= 4 {
+                                resp.with_leader_epoch(p.leader_epoch)
+                            } else {
+                                resp.with_leader_epoch(-1)
+                            }
                         }
                         Err(code) => resp.with_error_code(code.code()),
                     }

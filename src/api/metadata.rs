@@ -57,7 +57,10 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
         Some(list) => {
             let auto_create = broker.config.auto_create_topics_enable && (v < 4 || req.allow_auto_topic_creation);
             for requested in list {
-                let name = match (&requested.name, requested.topic_id.is_nil()) {
+                // A non-zero id wins over the name: the Java admin client sends an empty
+                // (not null) name when it describes topics by id.
+                let by_name = requested.name.as_ref().filter(|n| !n.0.is_empty() || requested.topic_id.is_nil());
+                let name = match (by_name, requested.topic_id.is_nil()) {
                     (Some(n), _) => n.0.to_string(),
                     (None, false) => match broker.topic_by_id(requested.topic_id) {
                         Some(t) => {

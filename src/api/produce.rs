@@ -71,12 +71,16 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceRespons
             };
             match result {
                 Ok(a) => {
+                    if let Some(t) = &topic {
+                        broker.metrics.record_produce(&t.name, pd.index, a.records, a.bytes);
+                    }
                     resp = resp
                         .with_base_offset(a.base_offset)
                         .with_log_append_time_ms(a.log_append_time)
                         .with_log_start_offset(a.log_start_offset);
                 }
                 Err((code, message)) => {
+                    crate::metrics::response_error(kafka_protocol::messages::ApiKey::Produce, code.code());
                     if code == ResponseError::KafkaStorageError {
                         tracing::error!(topic = %name, partition = pd.index, error = %message, "append failed");
                     } else {

@@ -87,8 +87,9 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                 if let Some(id) = id {
                     result.topic_id = id;
                 }
+                // v5+ echoes the topic's configs; older versions have no such field.
                 let effective = crate::config::topic::effective(&broker.config.topic_defaults, &configs);
-                result.configs = Some(
+                result.configs = (ctx.api_version >= 5).then(|| {
                     effective
                         .iter()
                         .map(|(k, v)| {
@@ -97,8 +98,8 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                                 .with_value(Some(str_bytes(v)))
                                 .with_config_source(if configs.contains_key(k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT })
                         })
-                        .collect(),
-                );
+                        .collect()
+                });
             }
             Err(e) => {
                 result.error_code = topic_error_code(&e).code();
@@ -206,5 +207,8 @@ pub async fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> 
             DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
         })
         .collect();
+    // The new log start offsets must survive a restart before we acknowledge.
+    let b = broker.clone();
+    let _ = tokio::task::spawn_blocking(move || b.write_checkpoints(false)).await;
     DeleteRecordsResponse::default().with_topics(topics)
 }

@@ -102,7 +102,18 @@ pub struct Broker {
     advertised: RwLock<Vec<Endpoint>>,
     /// The group coordinator (consumer groups and committed offsets).
     groups: crate::group::Groups,
+    /// Log start offsets read from `log-start-offset-checkpoint` at startup, applied as
+    /// partitions open (DeleteRecords must survive a restart).
+    start_offsets: Mutex<HashMap<(String, i32), i64>>,
+    /// Serialises checkpoint writers (retention task, DeleteRecords, shutdown).
+    checkpoint_lock: Mutex<()>,
+    /// Traffic counters, connection count and the group view behind `/metrics`.
+    pub metrics: Arc<crate::metrics::BrokerMetrics>,
 }
+
+/// Kafka's per-log-dir checkpoint file names.
+const LOG_START_CHECKPOINT: &str = "log-start-offset-checkpoint";
+const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -130,8 +141,12 @@ impl Broker {
             producer_ids: Mutex::new(producer_ids),
             advertised: RwLock::new(Vec::new()),
             groups: crate::group::Groups::new(group_config),
+            start_offsets: Mutex::new(HashMap::new()),
+            checkpoint_lock: Mutex::new(()),
+            metrics: Arc::default(),
             config,
         };
+        broker.read_start_offsets();
         broker.load_topics()?;
         broker.groups.load(&broker)?;
         Ok(broker)
@@ -206,7 +221,10 @@ impl Broker {
         config: log::LogConfig,
     ) -> Result<Arc<Partition>, BrokerError> {
         let wrap = |source| BrokerError::OpenPartition { topic: topic.to_string(), partition: p, source };
-        let log = PartitionLog::open(dir, config, self.io.clone()).map_err(wrap)?;
+        let mut log = PartitionLog::open(dir, config, self.io.clone()).map_err(wrap)?;
+        if let Some(start) = self.start_offsets.lock().remove(&(topic.to_string(), p)) {
+            log.set_log_start_offset(start);
+        }
         if let Ok(None) = log::partition_metadata::read_partition_metadata(dir) {
             if let Err(e) = log::partition_metadata::write_partition_metadata(dir, id) {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not write partition.metadata");
@@ -405,6 +423,50 @@ impl Broker {
         self.advertised.read().clone()
     }
 
+    fn read_start_offsets(&self) {
+        let mut map = self.start_offsets.lock();
+        for dir in &self.config.log_dirs {
+            let path = dir.join(LOG_START_CHECKPOINT);
+            match log::checkpoint::read_offset_checkpoint(&path) {
+                Ok(entries) => {
+                    for (t, p, o) in entries {
+                        map.insert((t, p), o);
+                    }
+                }
+                Err(e) => tracing::warn!(path = %path.display(), error = %error_chain(&e), "ignoring unreadable checkpoint"),
+            }
+        }
+    }
+
+    /// Writes each log dir's `log-start-offset-checkpoint` (and, when `recovery_points` is set,
+    /// `recovery-point-offset-checkpoint` with every log end offset — only valid right after a
+    /// flush). Failures are logged; the next write retries.
+    pub fn write_checkpoints(&self, recovery_points: bool) {
+        let _guard = self.checkpoint_lock.lock();
+        for dir in &self.config.log_dirs {
+            let mut starts = Vec::new();
+            let mut ends = Vec::new();
+            for topic in self.all_topics() {
+                for p in &topic.partitions {
+                    if p.log_dir().parent() == Some(dir.as_path()) {
+                        starts.push((topic.name.to_string(), p.index, p.log_start_offset()));
+                        ends.push((topic.name.to_string(), p.index, p.log_end_offset()));
+                    }
+                }
+            }
+            let mut files = vec![(LOG_START_CHECKPOINT, starts)];
+            if recovery_points {
+                files.push((RECOVERY_POINT_CHECKPOINT, ends));
+            }
+            for (name, entries) in files {
+                let path = dir.join(name);
+                if let Err(e) = log::checkpoint::write_offset_checkpoint(&path, &entries) {
+                    tracing::error!(path = %path.display(), error = %error_chain(&e), "writing checkpoint failed");
+                }
+            }
+        }
+    }
+
     /// Flushes every partition (clean shutdown).
     pub fn flush_all(&self) {
         for topic in self.all_topics() {
@@ -414,6 +476,11 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// Name of the log I/O backend in use (`io_uring` or `std`).
+    pub fn io_backend_name(&self) -> &'static str {
+        self.io.name()
     }
 
     pub fn now_ms(&self) -> i64 {

@@ -18,7 +18,12 @@ pub async fn run(broker: Arc<Broker>) {
         tick.tick().await;
         let b = broker.clone();
         // Segment deletion touches the filesystem; keep it off the request workers.
-        let _ = tokio::task::spawn_blocking(move || enforce_all(&b)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            if enforce_all(&b) > 0 {
+                b.write_checkpoints(false);
+            }
+        })
+        .await;
     }
 }
 

@@ -25,7 +25,7 @@ pub use properties::parse_properties;
 /// A configuration value that failed validation, or an unreadable config file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("invalid value {value:?} for configuration {key}: {expected}")]
+    #[error("Invalid value {value} for configuration {key}: {expected}")]
     InvalidValue { key: String, value: String, expected: String },
     #[error("cannot read config file {path}")]
     Read {
@@ -75,9 +75,37 @@ pub struct BrokerConfig {
     /// Broker-level defaults for topic configs, keyed by *topic* config name
     /// (`retention.ms`, `segment.bytes`, ...), already validated.
     pub topic_defaults: BTreeMap<String, String>,
+    /// Where `/metrics` and `/healthz` are served (`metrics.listener`); `None` when disabled.
+    pub metrics_listener: Option<MetricsListener>,
+    /// `log.level`: a tracing filter (`info`, `sluice=debug,warn`); `SLUICE_LOG` overrides it.
+    pub log_level: String,
+    /// `log.format`: `text` or `json`; `SLUICE_LOG_FORMAT` overrides it.
+    pub log_format: LogFormat,
     /// Every key/value as given (file + overrides), for DescribeConfigs on the broker.
     pub raw: BTreeMap<String, String>,
 }
+
+/// The metrics HTTP listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsListener {
+    /// `host:port` to bind (IPv6 hosts in brackets); port 0 picks a free port.
+    pub addr: String,
+    /// False for the built-in default: if its port is taken the broker warns and runs without
+    /// metrics instead of failing, so several brokers (tests) can run on one host.
+    pub explicit: bool,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Default `metrics.listener`: loopback only, so topic and group names are not published to the
+/// network unless an operator opts in (e.g. `metrics.listener=0.0.0.0:9644`). 9644 is the port
+/// Redpanda uses for its metrics, so existing scrape configs for Kafka-compatible brokers fit.
+pub const DEFAULT_METRICS_LISTENER: &str = "127.0.0.1:9644";
 
 /// A parsed config plus the keys it did not recognise (the caller logs them).
 pub struct Loaded {
@@ -102,6 +130,9 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("max.connections.per.ip", "2147483647"),
     ("log.io.backend", "auto"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
+    ("metrics.listener", DEFAULT_METRICS_LISTENER),
+    ("log.level", "info"),
+    ("log.format", "text"),
 ];
 
 /// Keys from Kafka's broker config that sluice accepts without acting on them (yet).
@@ -130,7 +161,6 @@ const ACCEPTED_KEYS: &[&str] = &[
     "queued.max.requests",
     "replica.lag.time.max.ms",
     "unclean.leader.election.enable",
-    "metrics.listener",
     "log.flush.scheduler.interval.ms",
     "log.flush.offset.checkpoint.interval.ms",
     "auto.leader.rebalance.enable",
@@ -153,15 +183,7 @@ impl BrokerConfig {
             })
         };
 
-        let mut unknown_keys = Vec::new();
-        for key in raw.keys() {
-            let known = BROKER_KEYS.iter().any(|(k, _)| k == key)
-                || ACCEPTED_KEYS.contains(&key.as_str())
-                || topic::broker_key_to_topic(key).is_some();
-            if !known {
-                unknown_keys.push(key.clone());
-            }
-        }
+        let unknown_keys = unknown_keys(raw.keys().map(String::as_str));
 
         let node_id = match raw.get("node.id").or_else(|| raw.get("broker.id")) {
             Some(v) => parse_int::<i32>("node.id", v, 0, i32::MAX)?,
@@ -190,6 +212,16 @@ impl BrokerConfig {
         };
 
         let topic_defaults = topic::defaults_from_broker(&raw)?;
+        let metrics_listener = parse_metrics_listener(&get("metrics.listener"), raw.contains_key("metrics.listener"))?;
+        let log_level = get("log.level").trim().to_string();
+        if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() || log_level.is_empty() {
+            return Err(invalid("log.level", &log_level, "a level (error, warn, info, debug, trace) or a tracing filter such as sluice=debug,info"));
+        }
+        let log_format = match get("log.format").trim() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(invalid("log.format", other, "text or json")),
+        };
 
         let config = BrokerConfig {
             node_id,
@@ -232,6 +264,9 @@ impl BrokerConfig {
                 i32::MAX as usize,
             )?,
             topic_defaults,
+            metrics_listener,
+            log_level,
+            log_format,
             raw,
         };
         Ok(Loaded { config, unknown_keys })
@@ -268,6 +303,18 @@ impl BrokerConfig {
     }
 }
 
+/// The keys neither sluice nor Kafka's broker config knows (reported as warnings, also when
+/// another key's value is invalid).
+pub fn unknown_keys<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<String> {
+    keys.filter(|key| {
+        !(BROKER_KEYS.iter().any(|(k, _)| k == key)
+            || ACCEPTED_KEYS.contains(key)
+            || topic::broker_key_to_topic(key).is_some())
+    })
+    .map(String::from)
+    .collect()
+}
+
 pub(crate) fn invalid(key: &str, value: &str, expected: &str) -> ConfigError {
     ConfigError::InvalidValue { key: key.to_string(), value: value.to_string(), expected: expected.to_string() }
 }
@@ -280,7 +327,7 @@ where
     let v = value.trim();
     match v.parse::<T>() {
         Ok(n) if n >= min && n <= max => Ok(n),
-        _ => Err(invalid(key, value, &format!("an integer in [{min}, {max}]"))),
+        _ => Err(invalid(key, value, &format!("Value must be an integer in [{min}, {max}]"))),
     }
 }
 
@@ -288,8 +335,31 @@ pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
-        _ => Err(invalid(key, value, "true or false")),
+        _ => Err(invalid(key, value, "Expected value to be either true or false")),
     }
+}
+
+/// Parses `metrics.listener`: `host:port` (IPv6 in brackets, empty host = all interfaces), or
+/// `none` / empty to disable.
+pub fn parse_metrics_listener(value: &str, explicit: bool) -> Result<Option<MetricsListener>, ConfigError> {
+    let v = value.trim();
+    if v.is_empty() || v.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let expected = "host:port (e.g. 127.0.0.1:9644, 0.0.0.0:9644, [::1]:9644; port 0 picks one), or none to disable";
+    let (host, port) = v.rsplit_once(':').ok_or_else(|| invalid("metrics.listener", value, expected))?;
+    let port: u16 = port.parse().map_err(|_| invalid("metrics.listener", value, expected))?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let host = if bare.is_empty() {
+        "0.0.0.0".to_string()
+    } else if bare.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{bare}]")
+    } else if bare.contains(['/', ' ', '[', ']', ':']) || bare.contains("://") {
+        return Err(invalid("metrics.listener", value, expected));
+    } else {
+        bare.to_string()
+    };
+    Ok(Some(MetricsListener { addr: format!("{host}:{port}"), explicit }))
 }
 
 /// Parses `NAME://host:port[,NAME://host:port]`; IPv6 hosts in brackets.
@@ -359,6 +429,33 @@ mod tests {
         assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "120000");
         let c = load(&[("log.retention.minutes", "2"), ("log.retention.ms", "5")]).unwrap().config;
         assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "5");
+    }
+
+    #[test]
+    fn metrics_listener_defaults_to_loopback_and_can_be_disabled() {
+        let c = load(&[]).unwrap().config;
+        assert_eq!(c.metrics_listener, Some(MetricsListener { addr: "127.0.0.1:9644".into(), explicit: false }));
+        assert_eq!(load(&[("metrics.listener", "none")]).unwrap().config.metrics_listener, None);
+        assert_eq!(load(&[("metrics.listener", "")]).unwrap().config.metrics_listener, None);
+        let c = load(&[("metrics.listener", "127.0.0.1:0")]).unwrap().config;
+        assert_eq!(c.metrics_listener, Some(MetricsListener { addr: "127.0.0.1:0".into(), explicit: true }));
+        assert_eq!(load(&[("metrics.listener", "[::1]:9")]).unwrap().config.metrics_listener.unwrap().addr, "[::1]:9");
+        assert_eq!(load(&[("metrics.listener", ":9644")]).unwrap().config.metrics_listener.unwrap().addr, "0.0.0.0:9644");
+        for bad in ["9644", "localhost:http", "http://localhost:9644", "h:70000"] {
+            let err = load(&[("metrics.listener", bad)]).err().unwrap().to_string();
+            assert!(err.contains("metrics.listener") && err.contains(bad) && err.contains("host:port"), "{err}");
+        }
+        assert!(load(&[("metrics.listener", "x:1")]).unwrap().unknown_keys.is_empty());
+    }
+
+    #[test]
+    fn log_level_and_format_are_validated() {
+        let c = load(&[("log.level", "sluice=debug,warn"), ("log.format", "json")]).unwrap().config;
+        assert_eq!((c.log_level.as_str(), c.log_format), ("sluice=debug,warn", LogFormat::Json));
+        let err = load(&[("log.format", "xml")]).err().unwrap().to_string();
+        assert!(err.contains("log.format") && err.contains("text or json"), "{err}");
+        let err = load(&[("log.level", "loud[")]).err().unwrap().to_string();
+        assert!(err.contains("log.level"), "{err}");
     }
 
     #[test]

@@ -103,7 +103,8 @@ pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ("remote.storage.enable", def!(None, "false", Kind::Bool, BOOLEAN)),
     ("retention.bytes", def!(Some("log.retention.bytes"), "-1", Kind::Long { min: i64::MIN }, LONG)),
     ("retention.ms", def!(Some("log.retention.ms"), "604800000", Kind::Long { min: -1 }, LONG)),
-    ("segment.bytes", def!(Some("log.segment.bytes"), "1073741824", Kind::Int { min: 14 }, INT)),
+    // Kafka 4.x raised the minimum to 1 MiB (KIP-1030).
+    ("segment.bytes", def!(Some("log.segment.bytes"), "1073741824", Kind::Int { min: 1048576 }, INT)),
     ("segment.index.bytes", def!(Some("log.index.size.max.bytes"), "10485760", Kind::Int { min: 4 }, INT)),
     ("segment.jitter.ms", def!(Some("log.roll.jitter.ms"), "0", Kind::Long { min: 0 }, LONG)),
     ("segment.ms", def!(Some("log.roll.ms"), "604800000", Kind::Long { min: 1 }, LONG)),
@@ -151,13 +152,14 @@ fn check_kind(key: &str, value: &str, kind: Kind) -> Result<(), ConfigError> {
     if ok {
         return Ok(());
     }
+    // Kafka's own wording, so clients and tools show the same message.
     let expected = match kind {
-        Kind::Long { min } => format!("a long integer >= {min}"),
-        Kind::Int { min } => format!("an integer >= {min}"),
-        Kind::Double { min, max } => format!("a number in [{min}, {max}]"),
-        Kind::Bool => "true or false".into(),
-        Kind::OneOf(opts) => format!("one of {}", opts.join(", ")),
-        Kind::ListOf(opts) => format!("a comma-separated list of {}", opts.join(", ")),
+        Kind::Long { min } => format!("Value must be at least {min}"),
+        Kind::Int { min } => format!("Value must be at least {min}"),
+        Kind::Double { min, max } => format!("Value must be a number between {min} and {max}"),
+        Kind::Bool => "Expected value to be either true or false".into(),
+        Kind::OneOf(opts) => format!("String must be one of: {}", opts.join(", ")),
+        Kind::ListOf(opts) => format!("Value must be a comma-separated list of: {}", opts.join(", ")),
         Kind::Text => String::new(),
     };
     Err(invalid(key, value, &expected))
@@ -252,7 +254,11 @@ mod tests {
 
     #[test]
     fn bad_topic_values_are_rejected_with_the_accepted_range() {
-        assert!(validate("retention.ms", "-2").unwrap_err().to_string().contains(">= -1"));
+        assert_eq!(
+            validate("retention.ms", "-2").unwrap_err().to_string(),
+            "Invalid value -2 for configuration retention.ms: Value must be at least -1"
+        );
+        assert!(validate("segment.bytes", "16384").unwrap_err().to_string().contains("at least 1048576"));
         assert!(validate("cleanup.policy", "compact,delete").is_ok());
         assert!(validate("cleanup.policy", "forever").is_err());
         assert!(validate("no.such.config", "1").is_err());
@@ -262,11 +268,11 @@ mod tests {
     #[test]
     fn log_config_reflects_overrides() {
         let mut o = BTreeMap::new();
-        o.insert("segment.bytes".to_string(), "16384".to_string());
+        o.insert("segment.bytes".to_string(), "2097152".to_string());
         o.insert("message.timestamp.type".to_string(), "LogAppendTime".to_string());
         let d = defaults_from_broker(&BTreeMap::new()).unwrap();
         let lc = log_config(&effective(&d, &o));
-        assert_eq!(lc.segment_bytes, 16384);
+        assert_eq!(lc.segment_bytes, 2097152);
         assert!(lc.message_timestamp_type_log_append);
         assert_eq!(lc.retention_ms, 604800000);
     }

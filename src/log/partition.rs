@@ -21,8 +21,9 @@ use super::error::LogError;
 use super::io::IoBackend;
 use super::segment::Segment;
 use crate::protocol::record_batch::{
+    records_section,
     crc_is_valid, find_max_timestamp_record, set_base_offset, set_log_append_time, set_partition_leader_epoch,
-    validate_produce_records, BatchHeader, BatchIter, Compression, ProduceValidationError, RecordIter,
+    validate_produce_records, BatchHeader, BatchIter, ProduceValidationError, RecordIter,
 };
 
 /// What an append wrote.
@@ -396,6 +397,18 @@ impl PartitionLog {
         Ok(empty)
     }
 
+    /// Header of the batch holding `offset` (header only, no record bytes copied); `None` at or
+    /// past the log end. Metrics use it to date the oldest record a consumer group has not read.
+    pub fn batch_header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError> {
+        let offset = offset.max(self.log_start_offset);
+        for seg in &self.segments[self.segment_index_for(offset)..] {
+            if let Some((_, h)) = seg.find_batch(offset)? {
+                return Ok(Some(h));
+            }
+        }
+        Ok(None)
+    }
+
     /// First `(offset, timestamp)` whose record timestamp is >= `timestamp`.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
         let start = self.log_start_offset;
@@ -408,15 +421,13 @@ impl PartitionLog {
             // Walk candidate batches: a batch qualifies when its max timestamp reaches the
             // target; inside an uncompressed batch the exact record is found.
             while let Some((p, h)) = seg.first_batch_from(pos, |h| h.max_timestamp >= timestamp && h.last_offset() >= start)? {
-                if h.compression() != Compression::None {
-                    return Ok(Some((h.base_offset.max(start), h.max_timestamp)));
-                }
                 let batch = seg.read(p, h.total_size())?;
                 let corrupt = |e: crate::protocol::record_batch::BatchError| LogError::Corrupt {
                     path: seg.log_path().to_path_buf(),
                     reason: format!("batch at position {p}: {e}"),
                 };
-                for rec in RecordIter::new(&batch).map_err(corrupt)? {
+                let (header, records) = records_section(&batch).map_err(corrupt)?;
+                for rec in RecordIter::from_parts(header, &records) {
                     let rec = rec.map_err(corrupt)?;
                     if rec.offset >= start && rec.timestamp >= timestamp {
                         return Ok(Some((rec.offset, rec.timestamp)));
@@ -443,11 +454,9 @@ impl PartitionLog {
         let Some((pos, h)) = seg.find_batch(seg.offset_of_max_timestamp())? else {
             return Ok(Some((seg.offset_of_max_timestamp(), seg.max_timestamp())));
         };
-        if h.compression() == Compression::None {
-            let batch = seg.read(pos, h.total_size())?;
-            if let Ok(Some(found)) = find_max_timestamp_record(&batch) {
-                return Ok(Some(found));
-            }
+        let batch = seg.read(pos, h.total_size())?;
+        if let Ok(Some(found)) = find_max_timestamp_record(&batch) {
+            return Ok(Some(found));
         }
         Ok(Some((h.last_offset(), h.max_timestamp)))
     }

@@ -441,7 +441,9 @@ impl Segment {
     }
 
     pub fn sync(&self) -> Result<(), LogError> {
+        let started = std::time::Instant::now();
         self.file.sync_data().map_err(|e| LogError::io(&self.log_path, "fsync", e))?;
+        crate::metrics::fsync_completed(started.elapsed());
         self.offset_index.sync()?;
         self.time_index.sync()
     }

@@ -5,9 +5,9 @@
 //! from pipelining, which the read buffer absorbs.
 //!
 //! # Invariants
-//! - The read buffer never reserves more than one validated frame (prefix + body) beyond what
-//!   has arrived; a frame size that is negative or above `socket.request.max.bytes` closes the
-//!   connection before anything is reserved for it.
+//! - The read buffer grows by at most [`MAX_READ_RESERVE`] beyond the bytes that have arrived,
+//!   and never past one validated frame; a frame size that is negative or above
+//!   `socket.request.max.bytes` closes the connection before anything is reserved for it.
 //! - Nothing a client sends ends the process: unknown api keys and unsupported versions close
 //!   this connection only (ApiVersions gets Kafka's v0 UNSUPPORTED_VERSION answer instead).
 //! - Responses are flushed when no further complete request is already buffered, so a burst of
@@ -15,6 +15,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use kafka_protocol::messages::ApiKey;
@@ -23,10 +24,14 @@ use tokio::net::TcpStream;
 
 use crate::api::{self, api_versions, fetch_session::FetchSessionCache, versions, Dispatch, RequestContext};
 use crate::broker::Broker;
+use crate::metrics::{self, CloseReason, RequestTimes};
 use crate::protocol::frame::{self, FrameCheck};
 
 /// Initial read buffer; grows only to the size of a validated frame.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Most the read buffer grows by per read, so memory follows bytes received.
+const MAX_READ_RESERVE: usize = 1 << 20;
 
 /// Why a connection ended (logged once, with context).
 #[derive(Debug)]
@@ -42,6 +47,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let max = broker.config.socket_request_max_bytes;
     let mut client_id: Option<String> = None;
+    let _counted = broker.metrics.connection_opened();
+    // When the read that completed the frame being handled returned (start of its queue time).
+    let mut last_read_at = Instant::now();
     let outcome: Closed = 'conn: loop {
         // Gather one complete frame.
         let len = loop {
@@ -56,17 +64,19 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                             break 'conn Closed::Io(e);
                         }
                     }
-                    let want = (needed - buf.len()).max(READ_CHUNK.min(needed));
-                    buf.reserve(want);
+                    // Grow with the data that really arrives, never by the size a client
+                    // claims: a 4-byte prefix announcing 100 MB reserves one chunk, not 100 MB.
+                    buf.reserve((needed - buf.len()).clamp(1, MAX_READ_RESERVE));
                     match reader.read_buf(&mut buf).await {
                         Ok(0) => break 'conn Closed::ByPeer,
-                        Ok(_) => {}
+                        Ok(_) => last_read_at = Instant::now(),
                         Err(e) => break 'conn Closed::Io(e),
                     }
                 }
             }
         };
         let mut body = frame::take_frame(&mut buf, len);
+        let arrived = last_read_at;
         let prefix = match frame::peek_header_prefix(&body) {
             Ok(p) => p,
             Err(e) => break Closed::Protocol(e.to_string()),
@@ -103,7 +113,10 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
             client_id: client_id.clone(),
             fetch_sessions: sessions.clone(),
         };
-        match api::dispatch(ctx, api_key, body).await {
+        let started = Instant::now();
+        let dispatched = api::dispatch(ctx, api_key, body).await;
+        let handled = Instant::now();
+        match dispatched {
             Dispatch::Respond(resp) => {
                 if let Err(e) = writer.write_all(&resp).await {
                     break Closed::Io(e);
@@ -117,8 +130,15 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                 break Closed::Io(e);
             }
         }
+        let times = RequestTimes { queue: started - arrived, local: handled - started, send: handled.elapsed() };
+        metrics::request_completed(api_key, prefix.api_version, times);
     };
     let _ = writer.flush().await;
+    metrics::connection_closed(match &outcome {
+        Closed::ByPeer => CloseReason::Client,
+        Closed::Io(_) => CloseReason::IoError,
+        Closed::Protocol(_) => CloseReason::ProtocolError,
+    });
     match outcome {
         Closed::ByPeer => tracing::debug!(%peer, client_id = ?client_id, "connection closed by client"),
         Closed::Io(e) => tracing::debug!(%peer, client_id = ?client_id, error = %e, "connection I/O error"),

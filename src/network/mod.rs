@@ -69,7 +69,13 @@ impl Server {
         let mut listeners = Vec::new();
         let mut bound = Vec::new();
         for ep in &broker.config.listeners {
-            let host = if ep.host.is_empty() { "0.0.0.0" } else { ep.host.as_str() };
+            // "localhost" binds the IPv4 loopback: resolving it may yield ::1 first, and the
+            // clients that resolve it to 127.0.0.1 would then find nothing listening.
+            let host = match ep.host.as_str() {
+                "" => "0.0.0.0",
+                "localhost" => "127.0.0.1",
+                h => h,
+            };
             let listener = TcpListener::bind((host, ep.port))
                 .await
                 .map_err(|source| BindError { endpoint: ep.to_string(), source })?;
@@ -166,6 +172,7 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
         };
         let Ok(permit) = ctx.connections.clone().try_acquire_owned() else {
             tracing::warn!(%peer, limit = ctx.broker.config.max_connections, "max.connections reached; closing new connection");
+            crate::metrics::connection_closed(crate::metrics::CloseReason::Limit);
             continue;
         };
         let slot = {
@@ -173,6 +180,7 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
             let n = t.entry(peer.ip()).or_insert(0);
             if *n >= ctx.broker.config.max_connections_per_ip {
                 tracing::warn!(%peer, limit = ctx.broker.config.max_connections_per_ip, "max.connections.per.ip reached; closing new connection");
+                crate::metrics::connection_closed(crate::metrics::CloseReason::Limit);
                 continue;
             }
             *n += 1;

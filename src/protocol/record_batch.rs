@@ -69,7 +69,13 @@ pub enum BatchError {
     UnsupportedCompression(u8),
     #[error("malformed record: {0}")]
     MalformedRecord(&'static str),
+    #[error("cannot decompress records: {0}")]
+    Decompression(String),
 }
+
+/// Upper bound on a decompressed records section the broker walks (timestamp lookups,
+/// compaction); a batch inflating beyond it is refused rather than allocated.
+pub const MAX_DECOMPRESSED_BYTES: usize = 128 * 1024 * 1024;
 
 /// Compression codec from attribute bits 0-2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -476,8 +482,8 @@ pub struct RecordIter<'a> {
 }
 
 impl<'a> RecordIter<'a> {
-    /// `batch` must be one whole batch. Compressed batches are refused: their records would
-    /// have to be decompressed first.
+    /// `batch` must be one whole uncompressed batch; for compressed batches use
+    /// [`records_section`] and [`RecordIter::from_parts`].
     pub fn new(batch: &'a [u8]) -> Result<RecordIter<'a>, BatchError> {
         let header = BatchHeader::parse(batch)?;
         let total = header.total_size();
@@ -489,13 +495,12 @@ impl<'a> RecordIter<'a> {
                 (header.attributes & COMPRESSION_MASK) as u8,
             ));
         }
-        Ok(RecordIter {
-            header,
-            body: &batch[BATCH_HEADER_LEN..total],
-            pos: 0,
-            remaining: header.records_count.max(0),
-            failed: false,
-        })
+        Ok(RecordIter::from_parts(header, &batch[BATCH_HEADER_LEN..total]))
+    }
+
+    /// Walks `records`, the (decompressed) records section of the batch `header` describes.
+    pub fn from_parts(header: BatchHeader, records: &'a [u8]) -> RecordIter<'a> {
+        RecordIter { header, body: records, pos: 0, remaining: header.records_count.max(0), failed: false }
     }
 
     fn parse_one(&mut self) -> Result<RecordView<'a>, BatchError> {
@@ -564,10 +569,29 @@ impl<'a> Iterator for RecordIter<'a> {
     }
 }
 
-/// Inside ONE uncompressed batch: `(offset, timestamp)` of the first record whose timestamp is
-/// `>= target`, or `None` when no record qualifies.
+/// The header and records section of ONE whole batch, decompressed when the batch is
+/// compressed (bounded by [`MAX_DECOMPRESSED_BYTES`]).
+pub fn records_section(batch: &[u8]) -> Result<(BatchHeader, std::borrow::Cow<'_, [u8]>), BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    let total = header.total_size();
+    let body = batch
+        .get(BATCH_HEADER_LEN..total)
+        .ok_or(BatchError::Truncated { needed: total, available: batch.len() })?;
+    match header.compression() {
+        Compression::None => Ok((header, std::borrow::Cow::Borrowed(body))),
+        codec => {
+            let raw = crate::protocol::compression::decompress(codec, body, MAX_DECOMPRESSED_BYTES)
+                .map_err(|e| BatchError::Decompression(e.to_string()))?;
+            Ok((header, std::borrow::Cow::Owned(raw)))
+        }
+    }
+}
+
+/// Inside ONE batch (decompressed if needed): `(offset, timestamp)` of the first record whose
+/// timestamp is `>= target`, or `None` when no record qualifies.
 pub fn find_offset_for_timestamp(batch: &[u8], target: i64) -> Result<Option<(i64, i64)>, BatchError> {
-    for rec in RecordIter::new(batch)? {
+    let (header, records) = records_section(batch)?;
+    for rec in RecordIter::from_parts(header, &records) {
         let rec = rec?;
         if rec.timestamp >= target {
             return Ok(Some((rec.offset, rec.timestamp)));
@@ -576,11 +600,12 @@ pub fn find_offset_for_timestamp(batch: &[u8], target: i64) -> Result<Option<(i6
     Ok(None)
 }
 
-/// Inside ONE uncompressed batch: `(offset, timestamp)` of the first record carrying the largest
-/// timestamp, or `None` for a batch without records.
+/// Inside ONE batch (decompressed if needed): `(offset, timestamp)` of the first record carrying
+/// the largest timestamp, or `None` for a batch without records.
 pub fn find_max_timestamp_record(batch: &[u8]) -> Result<Option<(i64, i64)>, BatchError> {
+    let (header, records) = records_section(batch)?;
     let mut best: Option<(i64, i64)> = None;
-    for rec in RecordIter::new(batch)? {
+    for rec in RecordIter::from_parts(header, &records) {
         let rec = rec?;
         if best.is_none_or(|(_, ts)| rec.timestamp > ts) {
             best = Some((rec.offset, rec.timestamp));

@@ -165,6 +165,16 @@ impl Partition {
         self.state.lock().log.read(offset, max_bytes, hw, min_one_batch)
     }
 
+    /// Header of the batch holding `offset` (see [`PartitionLog::batch_header_at`]).
+    pub fn batch_header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError> {
+        self.state.lock().log.batch_header_at(offset)
+    }
+
+    /// Number of segment files (metrics).
+    pub fn segment_count(&self) -> usize {
+        self.state.lock().log.segment_count()
+    }
+
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
         self.state.lock().log.offset_for_timestamp(timestamp)
     }

@@ -21,4 +21,10 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$SUM" ]]; then
   echo "$SUM" >"$STAMP"
 fi
 "$ROOT/compat/kafka/fetch.sh" >/dev/null
+# default to the whole suite unless a test path is given
+for a in "$@"; do
+  if [[ "$a" != -* && -e "${a%%::*}" ]]; then
+    exec "$VENV/bin/pytest" -q -p no:cacheprovider "$@"
+  fi
+done
 exec "$VENV/bin/pytest" "$ROOT/tests/clients" -q -p no:cacheprovider "$@"

@@ -47,12 +47,14 @@ def test_retention_ms(module_broker):
     time.sleep(0.5)
     produce_all(p, topic, new)
     total = len(old) + len(new)
-    assert watermarks(b, topic, 1)[0] == (0, total)
+    # retention may already be running (the check interval is 500 ms): only the end is fixed here
+    assert watermarks(b, topic, 1)[0][1] == total
     before = segment_files(module_broker, topic)
-    assert len(before) >= 5, before
 
     lo = wait_for(lambda: (watermarks(b, topic, 1)[0][0] or None), what="log start offset to advance")
-    wait_for(lambda: len(segment_files(module_broker, topic)) < len(before), what="segment files to be deleted")
+    # ~6 MiB of old records in 1 MiB segments: at least 5 segments existed and must be gone
+    wait_for(lambda: int(segment_files(module_broker, topic)[0][:20]) > 0, what="old segment files to be deleted")
+    assert len(segment_files(module_broker, topic)) <= len(before)
     lo, hi = watermarks(b, topic, 1)[0]
     assert 0 < lo <= len(old), (lo, hi)
     assert hi == total
@@ -69,9 +71,7 @@ def test_retention_bytes(module_broker):
                          {"segment.bytes": str(SEGMENT), "retention.bytes": str(2 * SEGMENT)})
     recs = make_records(8000, 1, prefix="rb", value_size=1000)  # ~8 MiB
     produce_all(producer(b, acks="all", batch_size=65536), topic, recs)
-    assert watermarks(b, topic, 1)[0] == (0, 8000)
-    before = segment_files(module_broker, topic)
-    assert len(before) >= 7, before
+    assert watermarks(b, topic, 1)[0][1] == 8000  # retention may already have started
     wait_for(lambda: watermarks(b, topic, 1)[0][0] > 0, what="log start offset to advance")
 
     def size():

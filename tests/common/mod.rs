@@ -8,13 +8,57 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use indexmap::IndexMap;
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 pub struct Broker {
     pub child: Child,
     pub addr: String,
     pub dir: tempfile::TempDir,
+    /// The `/metrics` address, when started with `metrics.listener=...`.
+    pub metrics: Option<String>,
+}
+
+/// A topic name for kafka-protocol requests.
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// One record for [`encode_batch`].
+pub struct Rec {
+    pub key: Option<String>,
+    pub value: String,
+    pub timestamp: i64,
+}
+
+/// Encodes `recs` as ONE uncompressed v2 batch; `producer` is (producer id, base sequence) for
+/// an idempotent batch.
+pub fn encode_batch(recs: &[Rec], producer: Option<(i64, i32)>) -> Bytes {
+    let records: Vec<Record> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: producer.map(|p| p.0).unwrap_or(-1),
+            producer_epoch: if producer.is_some() { 0 } else { -1 },
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch whenever offset - sequence changes.
+            sequence: producer.map(|p| p.1).unwrap_or(-1) + i as i32,
+            timestamp: r.timestamp,
+            key: r.key.clone().map(Bytes::from),
+            value: Some(Bytes::from(r.value.clone())),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+    buf.freeze()
 }
 
 impl Broker {
@@ -37,26 +81,39 @@ impl Broker {
         let mut child = cmd.spawn().expect("start sluice");
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
+        let mut metrics = None;
         let addr = loop {
             let line = lines.next().expect("sluice exited before listening").unwrap();
+            if let Some(rest) = line.split("sluice metrics listening on http://").nth(1) {
+                metrics = Some(rest.trim().to_string());
+            }
             if let Some(rest) = line.split("listening on PLAINTEXT://").nth(1) {
                 break rest.trim().to_string();
             }
         };
         // Keep draining stderr so the broker never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Broker { child, addr, dir }
+        Broker { child, addr, dir, metrics }
     }
 
     pub fn connect(&self) -> Client {
         Client::connect_to(&self.addr)
     }
 
-    pub fn stop(mut self) -> tempfile::TempDir {
+    /// SIGKILL (no clean shutdown); returns the data dir for a restart.
+    pub fn kill9(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        dir
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
+    /// SIGTERM and wait for the clean shutdown; returns the data dir for a restart.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        let pid = self.child.id() as i32;
+        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "clean shutdown failed: {status:?}");
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
 }
 

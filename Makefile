@@ -1,0 +1,56 @@
+# sluice — common tasks. `make run` starts a broker on localhost:9092; `make test` runs everything CI runs.
+CARGO ?= cargo
+SLUICE_BIN ?= target/release/sluice
+export SLUICE_BIN
+
+.PHONY: all build release run test test-rust test-clients fuzz compat compat-matrix kafka-ref kafka-ref-stop clean
+
+all: release
+
+build:
+	$(CARGO) build
+
+release:
+	$(CARGO) build --release
+
+## Start a single-node broker on localhost:9092 with data under ./data.
+run: release
+	$(SLUICE_BIN) serve $(if $(CONFIG),--config $(CONFIG))
+
+## The whole test suite: Rust unit + integration tests, then the real-client suite
+## (librdkafka via confluent-kafka, Kafka's own tools from the Maven jars).
+test: test-rust test-clients
+
+test-rust:
+	$(CARGO) test --all-targets
+
+test-clients: release
+	tests/clients/run.sh
+
+## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,
+## kafka-python): `make compat` against sluice, `make compat TARGET=kafka` against Apache Kafka,
+## `make compat-matrix` runs both and regenerates compat/MATRIX.md.
+TARGET ?= sluice
+compat: $(if $(filter sluice,$(TARGET)),release)
+	compat/run.sh --target $(TARGET)
+
+compat-matrix: release
+	compat/run.sh --target kafka --write-matrix
+	compat/run.sh --target sluice --write-matrix
+
+## Short fuzzing runs of the request and record-batch decoders (needs cargo-fuzz).
+FUZZ_SECONDS ?= 30
+fuzz:
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run request -- -max_total_time=$(FUZZ_SECONDS)
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run record_batch -- -max_total_time=$(FUZZ_SECONDS)
+
+## Real Apache Kafka 4.x (from Maven Central jars) on 127.0.0.1:19092, for side-by-side checks.
+KAFKA_REF_DIR ?= .cache/kafka-ref
+kafka-ref:
+	compat/kafka/kafka-ref.sh start --port 19092 --dir $(KAFKA_REF_DIR)
+
+kafka-ref-stop:
+	compat/kafka/kafka-ref.sh stop --dir $(KAFKA_REF_DIR)
+
+clean:
+	$(CARGO) clean

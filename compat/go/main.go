@@ -1,0 +1,536 @@
+// Compatibility scenarios for franz-go (kgo + kadm).
+//
+//	compat-go list
+//	compat-go BOOTSTRAP [SCENARIO...]
+//
+// Prints one line per scenario: SCENARIO franz-go NAME PASS|FAIL detail
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const client = "franz-go"
+
+var (
+	bootstrap string
+	run       = strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + strconv.Itoa(rand.Intn(1<<20))
+)
+
+type scenario struct {
+	name string
+	fn   func(ctx context.Context) (string, error)
+}
+
+var scenarios = []scenario{
+	{"produce-consume", produceConsume},
+	{"compression", compression},
+	{"consumer-group", consumerGroup},
+	{"admin", admin},
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: compat-go list | compat-go BOOTSTRAP [SCENARIO...]")
+		os.Exit(2)
+	}
+	if os.Args[1] == "list" {
+		for _, s := range scenarios {
+			fmt.Println(s.name)
+		}
+		return
+	}
+	bootstrap = os.Args[1]
+	want := os.Args[2:]
+	failed := 0
+	for _, s := range scenarios {
+		if len(want) > 0 && !contains(want, s.name) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		detail, err := s.fn(ctx)
+		cancel()
+		if err != nil {
+			failed++
+			fmt.Printf("SCENARIO %s %s FAIL %s\n", client, s.name, strings.ReplaceAll(err.Error(), "\n", " "))
+		} else {
+			fmt.Printf("SCENARIO %s %s PASS %s\n", client, s.name, detail)
+		}
+	}
+	if failed > 0 {
+		os.Exit(1)
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func topicName(s string) string { return "compat-franzgo-" + s + "-" + run }
+
+func newClient(opts ...kgo.Opt) (*kgo.Client, error) {
+	base := []kgo.Opt{kgo.SeedBrokers(bootstrap), kgo.RequestTimeoutOverhead(10 * time.Second)}
+	return kgo.NewClient(append(base, opts...)...)
+}
+
+func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions int32, configs map[string]*string) error {
+	resp, err := adm.CreateTopics(ctx, partitions, 1, configs, name)
+	if err != nil {
+		return fmt.Errorf("CreateTopics: %w", err)
+	}
+	if err := resp.Error(); err != nil {
+		return fmt.Errorf("CreateTopics %s: %w", name, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		td, err := adm.ListTopics(ctx, name)
+		if err == nil && td.Has(name) && td[name].Err == nil && len(td[name].Partitions) == int(partitions) {
+			ok := true
+			for _, p := range td[name].Partitions {
+				if p.Leader < 0 || p.Err != nil {
+					ok = false
+				}
+			}
+			if ok {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s not ready (err=%v)", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+type sent struct {
+	rec *kgo.Record
+}
+
+// makeRecords builds n records with keys, headers, explicit timestamps, spread over partitions.
+func makeRecords(topic string, partitions, n int) []*kgo.Record {
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		r := &kgo.Record{Topic: topic, Partition: int32(i % partitions), Timestamp: time.UnixMilli(base + int64(i)*1000)}
+		if i%7 != 3 {
+			r.Key = []byte("key-" + strconv.Itoa(i))
+		}
+		if i%11 != 5 {
+			r.Value = []byte(fmt.Sprintf("value-%d-%s-ünïcødé", i, strings.Repeat("x", i%13)))
+		}
+		if i%4 != 0 {
+			r.Headers = []kgo.RecordHeader{{Key: "h-index", Value: []byte(strconv.Itoa(i))}, {Key: "h-dup", Value: []byte("a")}, {Key: "h-dup", Value: []byte("b")}, {Key: "h-empty", Value: []byte{}}}
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// produce sends synchronously and checks per-partition offsets are 0,1,2,... in send order.
+func produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]*kgo.Record, error) {
+	want := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		c := *r
+		c.Headers = append([]kgo.RecordHeader(nil), r.Headers...)
+		want[i] = &c
+	}
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		return nil, fmt.Errorf("produce: %w", err)
+	}
+	// kgo sets Partition/Offset on the records it was given; walk them in send order
+	next := map[int32]int64{}
+	for i, r := range recs {
+		if r.Partition != want[i].Partition {
+			return nil, fmt.Errorf("record %d acked on partition %d, sent to %d", i, r.Partition, want[i].Partition)
+		}
+		if r.Offset != next[r.Partition] {
+			return nil, fmt.Errorf("partition %d: record %d acked at offset %d, expected %d", r.Partition, i, r.Offset, next[r.Partition])
+		}
+		want[i].Offset = r.Offset
+		next[r.Partition]++
+	}
+	return want, nil
+}
+
+func hdrs(hs []kgo.RecordHeader) string {
+	var b strings.Builder
+	for _, h := range hs {
+		b.WriteString(h.Key + "=" + string(h.Value) + ",")
+	}
+	return b.String()
+}
+
+func eqNullable(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
+
+// verify checks that got holds every wanted record exactly once with all its fields, in per-partition order.
+func verify(want, got []*kgo.Record) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("read back %d records, produced %d", len(got), len(want))
+	}
+	byPos := map[string]*kgo.Record{}
+	last := map[int32]int64{}
+	for _, w := range want {
+		byPos[fmt.Sprintf("%d@%d", w.Partition, w.Offset)] = w
+		if v, ok := last[w.Partition]; !ok || w.Offset-1 < v {
+			last[w.Partition] = w.Offset - 1
+		}
+	}
+	for _, r := range got {
+		at := fmt.Sprintf("%d@%d", r.Partition, r.Offset)
+		if r.Offset != last[r.Partition]+1 {
+			return fmt.Errorf("partition %d: offset %d after %d", r.Partition, r.Offset, last[r.Partition])
+		}
+		last[r.Partition] = r.Offset
+		w := byPos[at]
+		if w == nil {
+			return fmt.Errorf("unexpected record at %s", at)
+		}
+		if !eqNullable(w.Key, r.Key) {
+			return fmt.Errorf("key %q (nil=%v) != %q (nil=%v) at %s", r.Key, r.Key == nil, w.Key, w.Key == nil, at)
+		}
+		if !eqNullable(w.Value, r.Value) {
+			return fmt.Errorf("value %q (nil=%v) != %q (nil=%v) at %s", r.Value, r.Value == nil, w.Value, w.Value == nil, at)
+		}
+		if r.Timestamp.UnixMilli() != w.Timestamp.UnixMilli() {
+			return fmt.Errorf("timestamp %d != %d at %s", r.Timestamp.UnixMilli(), w.Timestamp.UnixMilli(), at)
+		}
+		if r.Attrs.TimestampType() != 0 {
+			return fmt.Errorf("timestamp type %d at %s", r.Attrs.TimestampType(), at)
+		}
+		if hdrs(r.Headers) != hdrs(w.Headers) {
+			return fmt.Errorf("headers %s != %s at %s", hdrs(r.Headers), hdrs(w.Headers), at)
+		}
+	}
+	return nil
+}
+
+func pollN(ctx context.Context, cl *kgo.Client, n int, timeout time.Duration) ([]*kgo.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var got []*kgo.Record
+	for len(got) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				ferr = fmt.Errorf("fetch %s[%d]: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return got, ferr
+		}
+		got = append(got, fs.Records()...)
+	}
+	return got, nil
+}
+
+func partitionsFromStart(topic string, n int) map[string]map[int32]kgo.Offset {
+	m := map[int32]kgo.Offset{}
+	for p := 0; p < n; p++ {
+		m[int32(p)] = kgo.NewOffset().AtStart()
+	}
+	return map[string]map[int32]kgo.Offset{topic: m}
+}
+
+func produceConsume(ctx context.Context) (string, error) {
+	t := topicName("pc")
+	cl, err := newClient(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := createTopic(ctx, adm, t, 3, nil); err != nil {
+		return "", err
+	}
+	want, err := produce(ctx, cl, makeRecords(t, 3, 60))
+	if err != nil {
+		return "", err
+	}
+	cons, err := newClient(kgo.ConsumePartitions(partitionsFromStart(t, 3)))
+	if err != nil {
+		return "", err
+	}
+	defer cons.Close()
+	got, err := pollN(ctx, cons, len(want), 20*time.Second)
+	if err != nil {
+		return "", err
+	}
+	if err := verify(want, got); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d records, 3 partitions, idempotent acks=all, keys/headers/timestamps/offsets verified", len(want)), nil
+}
+
+func compression(ctx context.Context) (string, error) {
+	codecs := []struct {
+		name  string
+		codec kgo.CompressionCodec
+	}{{"none", kgo.NoCompression()}, {"gzip", kgo.GzipCompression()}, {"snappy", kgo.SnappyCompression()}, {"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()}}
+	t := topicName("comp")
+	cl, err := newClient()
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	if err := createTopic(ctx, kadm.NewClient(cl), t, int32(len(codecs)), nil); err != nil {
+		return "", err
+	}
+	var all []*kgo.Record
+	for i, c := range codecs {
+		p, err := newClient(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(c.codec), kgo.ProducerLinger(20*time.Millisecond))
+		if err != nil {
+			return "", err
+		}
+		recs := makeRecords(t, 1, 40)
+		for _, r := range recs {
+			r.Partition = int32(i)
+		}
+		want, err := produce(ctx, p, recs)
+		p.Close()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", c.name, err)
+		}
+		all = append(all, want...)
+	}
+	cons, err := newClient(kgo.ConsumePartitions(partitionsFromStart(t, len(codecs))))
+	if err != nil {
+		return "", err
+	}
+	defer cons.Close()
+	got, err := pollN(ctx, cons, len(all), 20*time.Second)
+	if err != nil {
+		return "", err
+	}
+	if err := verify(all, got); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("none,gzip,snappy,lz4,zstd: %d records verified", len(all)), nil
+}
+
+func consumerGroup(ctx context.Context) (string, error) {
+	t := topicName("grp")
+	g := "compat-franzgo-group-" + run
+	cl, err := newClient(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := createTopic(ctx, adm, t, 2, nil); err != nil {
+		return "", err
+	}
+	want, err := produce(ctx, cl, makeRecords(t, 2, 30))
+	if err != nil {
+		return "", err
+	}
+	cons, err := newClient(kgo.ConsumerGroup(g), kgo.ConsumeTopics(t), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return "", err
+	}
+	got, err := pollN(ctx, cons, len(want), 25*time.Second)
+	if err != nil {
+		cons.Close()
+		return "", err
+	}
+	if err := verify(want, got); err != nil {
+		cons.Close()
+		return "", err
+	}
+	if err := cons.CommitUncommittedOffsets(ctx); err != nil {
+		cons.Close()
+		return "", fmt.Errorf("commit: %w", err)
+	}
+	cons.Close()
+	offs, err := adm.FetchOffsets(ctx, g)
+	if err != nil {
+		return "", fmt.Errorf("FetchOffsets: %w", err)
+	}
+	for p := int32(0); p < 2; p++ {
+		o, ok := offs.Lookup(t, p)
+		if !ok || o.At != 15 {
+			return "", fmt.Errorf("committed offset for %s[%d] = %+v", t, p, o)
+		}
+	}
+	lg, err := adm.ListGroups(ctx)
+	if err != nil {
+		return "", fmt.Errorf("ListGroups: %w", err)
+	}
+	if _, ok := lg[g]; !ok {
+		return "", fmt.Errorf("group %s not listed: %v", g, lg.Groups())
+	}
+	if _, err := adm.DeleteGroups(ctx, g); err != nil {
+		return "", fmt.Errorf("DeleteGroups: %w", err)
+	}
+	return "group consume + commit + FetchOffsets + ListGroups + DeleteGroups", nil
+}
+
+func admin(ctx context.Context) (string, error) {
+	t := topicName("adm")
+	// linger so that the 10 records below share one batch (timestamp lookups must find records inside a batch)
+	cl, err := newClient(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(200*time.Millisecond))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ret := "3600000"
+	if err := createTopic(ctx, adm, t, 2, map[string]*string{"retention.ms": &ret}); err != nil {
+		return "", err
+	}
+	// creating again -> TOPIC_ALREADY_EXISTS
+	resp, err := adm.CreateTopics(ctx, 1, 1, nil, t)
+	if err != nil {
+		return "", err
+	}
+	if e := resp[t].Err; !errors.Is(e, kerr.TopicAlreadyExists) {
+		return "", fmt.Errorf("create existing -> %v", e)
+	}
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		return "", err
+	}
+	if !topics.Has(t) || len(topics[t].Partitions) != 2 || topics[t].ID == [16]byte{} {
+		return "", fmt.Errorf("ListTopics: %+v", topics[t])
+	}
+	cfgs, err := adm.DescribeTopicConfigs(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	rc, err := cfgs.On(t, nil)
+	if err != nil {
+		return "", err
+	}
+	if c := cfgValue(rc, "retention.ms"); c != "3600000" {
+		return "", fmt.Errorf("retention.ms = %v", c)
+	}
+	v := "7200000"
+	ar, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: &v}}, t)
+	if err != nil {
+		return "", err
+	}
+	if _, err := ar.On(t, nil); err != nil {
+		return "", fmt.Errorf("AlterTopicConfigs: %w", err)
+	}
+	cfgs, _ = adm.DescribeTopicConfigs(ctx, t)
+	rc, _ = cfgs.On(t, nil)
+	if c := cfgValue(rc, "retention.ms"); c != "7200000" {
+		return "", fmt.Errorf("after alter retention.ms = %v", c)
+	}
+	// broker configs
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return "", err
+	}
+	if len(md.Brokers) != 1 {
+		return "", fmt.Errorf("brokers: %v", md.Brokers)
+	}
+	bcfg, err := adm.DescribeBrokerConfigs(ctx, md.Brokers[0].NodeID)
+	if err != nil {
+		return "", fmt.Errorf("DescribeBrokerConfigs: %w", err)
+	}
+	if len(bcfg) != 1 || bcfg[0].Err != nil || len(bcfg[0].Configs) == 0 {
+		return "", fmt.Errorf("DescribeBrokerConfigs: %+v", bcfg)
+	}
+	// create partitions 2 -> 3
+	cp, err := adm.UpdatePartitions(ctx, 3, t)
+	if err != nil {
+		return "", err
+	}
+	if e := cp.Error(); e != nil {
+		return "", fmt.Errorf("UpdatePartitions: %w", e)
+	}
+	// produce 10 records to p0 with increasing timestamps, then list offsets
+	recs := makeRecords(t, 1, 10)
+	want, err := produce(ctx, cl, recs)
+	if err != nil {
+		return "", err
+	}
+	ends, err := adm.ListEndOffsets(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	if o, _ := ends.Lookup(t, 0); o.Offset != 10 {
+		return "", fmt.Errorf("end offset p0 = %d", o.Offset)
+	}
+	aft, err := adm.ListOffsetsAfterMilli(ctx, want[5].Timestamp.UnixMilli(), t)
+	if err != nil {
+		return "", err
+	}
+	if o, _ := aft.Lookup(t, 0); o.Offset != 5 {
+		return "", fmt.Errorf("offset after ts of #5 = %d", o.Offset)
+	}
+	del, err := adm.DeleteRecords(ctx, kadm.Offsets{t: {0: {Topic: t, Partition: 0, At: 4}}})
+	if err != nil {
+		return "", err
+	}
+	if e := del.Error(); e != nil {
+		return "", fmt.Errorf("DeleteRecords: %w", e)
+	}
+	if d, _ := del.Lookup(t, 0); d.LowWatermark != 4 {
+		return "", fmt.Errorf("low watermark %d", d.LowWatermark)
+	}
+	starts, err := adm.ListStartOffsets(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	if o, _ := starts.Lookup(t, 0); o.Offset != 4 {
+		return "", fmt.Errorf("start offset after DeleteRecords = %d", o.Offset)
+	}
+	dr, err := adm.DeleteTopics(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	if e := dr.Error(); e != nil {
+		return "", fmt.Errorf("DeleteTopics: %w", e)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		all, err := adm.ListTopics(ctx)
+		if err == nil && !all.Has(t) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("topic still listed after delete")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	names := []string{"CreateTopics", "ListTopics", "DescribeTopicConfigs", "AlterTopicConfigs", "BrokerMetadata", "DescribeBrokerConfigs", "UpdatePartitions", "ListEnd/StartOffsets", "ListOffsetsAfterMilli", "DeleteRecords", "DeleteTopics"}
+	sort.Strings(names)
+	return strings.Join(names, " "), nil
+}
+
+func cfgValue(rc kadm.ResourceConfig, key string) string {
+	for _, c := range rc.Configs {
+		if c.Key == key {
+			if c.Value == nil {
+				return "<nil>"
+			}
+			return *c.Value
+		}
+	}
+	return "<missing>"
+}

@@ -1,0 +1,190 @@
+"""Compatibility scenarios for confluent-kafka-python (librdkafka).
+
+    python confluent_scenarios.py list
+    python confluent_scenarios.py BOOTSTRAP [SCENARIO...]
+"""
+import time
+from collections import OrderedDict
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, OFFSET_BEGINNING, Producer, TopicPartition, TopicCollection
+from confluent_kafka import TIMESTAMP_CREATE_TIME, ConsumerGroupTopicPartitions
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
+                                   OffsetSpec, ResourceType)
+
+from common import RUN, check, check_acked_offsets, main, make_records, verify
+
+CLIENT = "confluent-python"
+QUIET = {"log_level": 3}
+
+
+def topic(s):
+    return "compat-confluent-%s-%s" % (s, RUN)
+
+
+def admin(bs):
+    return AdminClient({"bootstrap.servers": bs, **QUIET})
+
+
+def create_topic(a, name, partitions, config=None):
+    fs = a.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=15)
+    fs[name].result(20)
+    deadline = time.time() + 15
+    while True:
+        md = a.list_topics(name, timeout=10)
+        t = md.topics.get(name)
+        if t is not None and t.error is None and len(t.partitions) == partitions and all(p.leader >= 0 for p in t.partitions.values()):
+            return
+        check(time.time() < deadline, "topic %s not ready" % name)
+        time.sleep(0.2)
+
+
+def produce(bs, t, recs, extra=None):
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", "linger.ms": 20, **QUIET, **(extra or {})})
+    errs = []
+
+    def cb(i):
+        def f(err, msg):
+            if err is not None:
+                errs.append("record %d: %s" % (i, err))
+            else:
+                recs[i]["offset"] = msg.offset()
+                check(msg.partition() == recs[i]["partition"], "acked on partition %d" % msg.partition())
+        return f
+
+    for i, r in enumerate(recs):
+        p.produce(t, value=r["value"], key=r["key"], partition=r["partition"], timestamp=r["ts"], headers=r["headers"] or None, on_delivery=cb(i))
+        p.poll(0)
+    left = p.flush(20)
+    check(left == 0, "%d records not delivered" % left)
+    check(not errs, "; ".join(errs[:3]))
+    check_acked_offsets(recs)
+    return recs
+
+
+def consume_assign(bs, t, partitions, n, timeout=20):
+    c = Consumer({"bootstrap.servers": bs, "group.id": "compat-confluent-assign-" + RUN, "enable.auto.commit": False,
+                  "enable.partition.eof": False, **QUIET})
+    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got = poll(c, n, timeout)
+    c.close()
+    return got
+
+
+def poll(c, n, timeout):
+    got = []
+    deadline = time.time() + timeout
+    while len(got) < n and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise KafkaException(m.error())
+        tstype, ts = m.timestamp()
+        got.append(dict(partition=m.partition(), offset=m.offset(), key=m.key(), value=m.value(),
+                        headers=m.headers() or [], ts=ts, ts_type="create" if tstype == TIMESTAMP_CREATE_TIME else tstype))
+    return got
+
+
+def produce_consume(bs):
+    t = topic("pc")
+    create_topic(admin(bs), t, 3)
+    want = produce(bs, t, make_records(3, 60))
+    verify(want, consume_assign(bs, t, 3, len(want)))
+    return "%d records, 3 partitions, idempotent acks=all, keys/headers/timestamps/offsets verified" % len(want)
+
+
+def compression(bs):
+    codecs = ["none", "gzip", "snappy", "lz4", "zstd"]
+    t = topic("comp")
+    create_topic(admin(bs), t, len(codecs))
+    want = []
+    for i, codec in enumerate(codecs):
+        recs = make_records(1, 40)
+        for r in recs:
+            r["partition"] = i
+        want += produce(bs, t, recs, {"compression.codec": codec})
+    verify(want, consume_assign(bs, t, len(codecs), len(want)))
+    return "%s: %d records verified" % (",".join(codecs), len(want))
+
+
+def subscribe_group(bs):
+    t = topic("grp")
+    g = "compat-confluent-group-" + RUN
+    a = admin(bs)
+    create_topic(a, t, 2)
+    want = produce(bs, t, make_records(2, 30))
+    c = Consumer({"bootstrap.servers": bs, "group.id": g, "enable.auto.commit": False, "auto.offset.reset": "earliest", **QUIET})
+    c.subscribe([t])
+    got = poll(c, len(want), 25)
+    verify(want, got)
+    c.commit(asynchronous=False)
+    com = c.committed([TopicPartition(t, 0), TopicPartition(t, 1)], timeout=10)
+    check([x.offset for x in com] == [15, 15], "committed %r" % com)
+    c.close()
+    res = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)])[g].result(20)
+    check(sorted(x.offset for x in res.topic_partitions) == [15, 15], "list_consumer_group_offsets %r" % res.topic_partitions)
+    groups = a.list_consumer_groups().result(20)
+    check(any(x.group_id == g for x in groups.valid), "group not listed")
+    a.delete_consumer_groups([g])[g].result(20)
+    return "subscribe + commit + committed + list_consumer_group_offsets + list/delete groups"
+
+
+def admin_ops(bs):
+    t = topic("adm")
+    a = admin(bs)
+    create_topic(a, t, 2, {"retention.ms": "3600000"})
+    try:
+        a.create_topics([NewTopic(t, 1, 1)])[t].result(20)
+        raise AssertionError("creating an existing topic succeeded")
+    except KafkaException as e:
+        check(e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, "create existing -> %s" % e)
+    check(t in a.list_topics(timeout=10).topics, "list_topics lacks topic")
+    d = a.describe_topics(TopicCollection([t]))[t].result(20)
+    check(len(d.partitions) == 2 and d.topic_id is not None, "describe_topics %r" % d)
+    res = ConfigResource(ResourceType.TOPIC, t)
+    cfg = a.describe_configs([res])[res].result(20)
+    check(cfg["retention.ms"].value == "3600000", "retention.ms %s" % cfg["retention.ms"].value)
+    a.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])])[res].result(20)
+    cfg = a.describe_configs([res])[res].result(20)
+    check(cfg["retention.ms"].value == "7200000", "after alter retention.ms %s" % cfg["retention.ms"].value)
+    cl = a.describe_cluster().result(20)
+    check(len(cl.nodes) == 1 and cl.cluster_id, "describe_cluster %r" % cl)
+    bres = ConfigResource(ResourceType.BROKER, str(cl.nodes[0].id))
+    bcfg = a.describe_configs([bres])[bres].result(20)
+    check("num.partitions" in bcfg, "broker config lacks num.partitions")
+    a.create_partitions([NewPartitions(t, 3)])[t].result(20)
+    deadline = time.time() + 15
+    while len(a.list_topics(t, timeout=10).topics[t].partitions) != 3:
+        check(time.time() < deadline, "partition count not 3")
+        time.sleep(0.2)
+    recs = make_records(1, 10)
+    produce(bs, t, recs)
+    tp = TopicPartition(t, 0)
+    lo = a.list_offsets({tp: OffsetSpec.latest()})[tp].result(20)
+    check(lo.offset == 10, "latest %d" % lo.offset)
+    lo = a.list_offsets({tp: OffsetSpec.for_timestamp(recs[5]["ts"])})[tp].result(20)
+    check(lo.offset == 5, "for_timestamp(#5) -> %d" % lo.offset)
+    lo = a.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(20)
+    check(lo.offset == 9, "max_timestamp -> %d" % lo.offset)
+    dr = a.delete_records([TopicPartition(t, 0, 4)])[TopicPartition(t, 0, 4)].result(20)
+    check(dr.low_watermark == 4, "delete_records low watermark %r" % dr.low_watermark)
+    lo = a.list_offsets({tp: OffsetSpec.earliest()})[tp].result(20)
+    check(lo.offset == 4, "earliest after delete_records %d" % lo.offset)
+    a.delete_topics([t], operation_timeout=15)[t].result(20)
+    deadline = time.time() + 15
+    while t in a.list_topics(timeout=10).topics:
+        check(time.time() < deadline, "topic still listed after delete")
+        time.sleep(0.2)
+    return "create_topics(+exists) list_topics describe_topics describe_configs(topic,broker) incremental_alter_configs describe_cluster create_partitions list_offsets delete_records delete_topics"
+
+
+if __name__ == "__main__":
+    main(CLIENT, OrderedDict([
+        ("produce-consume-assign", produce_consume),
+        ("compression", compression),
+        ("subscribe-group", subscribe_group),
+        ("admin", admin_ops),
+    ]))

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Run every client compatibility scenario against sluice or Apache Kafka and print a matrix.
+#
+#   compat/run.sh [--target sluice|kafka] [--bootstrap HOST:PORT] [--log-dir DIR]
+#                 [--clients a,b] [--timeout SECS] [-j N] [--write-matrix]
+#
+#   --target       sluice (default) or kafka; only for sluice are compat/expected-failures.txt applied
+#   --bootstrap    use a running broker; otherwise the runner starts one in a temp dir:
+#                  sluice from $SLUICE_BIN (default target/release/sluice), kafka via compat/kafka/kafka-ref.sh
+#   --log-dir      the running broker's log.dirs (lets the kafka-dump-log scenario find segments)
+#   --clients      subset of: java kafka-tools kcat confluent-python franz-go kafkajs kafka-python
+#   --timeout      per-scenario timeout (default 120 s)
+#   -j             clients run concurrently (default 3)
+#   --write-matrix save results to compat/results/<target>.tsv and regenerate compat/MATRIX.md
+#
+# Exit status: 0 when every scenario did what was expected (pass, or fail where listed in
+# expected-failures.txt); 1 on any unexpected result in either direction.
+# Client dependencies are installed into .cache/ on first use.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+CACHE="${SLUICE_CACHE:-$ROOT/.cache}"
+C="$CACHE/compat"
+TARGET=sluice BOOTSTRAP="" LOGDIR="" TIMEOUT=120 JOBS=3 WRITE=0
+CLIENTS="java kafka-tools kcat confluent-python franz-go kafkajs kafka-python"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --target) TARGET="$2"; shift 2 ;;
+    --bootstrap) BOOTSTRAP="$2"; shift 2 ;;
+    --log-dir) LOGDIR="$2"; shift 2 ;;
+    --clients) CLIENTS="${2//,/ }"; shift 2 ;;
+    --timeout) TIMEOUT="$2"; shift 2 ;;
+    -j) JOBS="$2"; shift 2 ;;
+    --write-matrix) WRITE=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[[ "$TARGET" == sluice || "$TARGET" == kafka ]] || { echo "run.sh: --target must be sluice or kafka" >&2; exit 2; }
+mkdir -p "$C"
+say() { echo "compat: $*" >&2; }
+START=$SECONDS
+
+# ------------------------------------------------------------------ client setup (cached)
+VENV="$C/venv"
+stamp_ok() { [[ -f "$1" && "$(cat "$1")" == "$2" ]]; }
+need() { command -v "$1" >/dev/null 2>&1 || { say "MISSING TOOLCHAIN: '$1' not found on PATH ($2); $3 scenarios cannot run"; return 1; }; }
+
+setup_python() {
+  need python3 "install python3 + python3-venv" "$1" || return 1
+  local sum; sum="$(cat "$HERE/python/requirements.txt" | sha1sum | cut -c1-12)"
+  stamp_ok "$VENV/.stamp" "$sum" && return 0
+  say "installing Python client packages into $VENV (first use)"
+  { python3 -m venv "$VENV" && "$VENV/bin/pip" install -q -r "$HERE/python/requirements.txt"; } >"$C/pip.log" 2>&1 \
+    || { say "pip install failed, see $C/pip.log"; tail -5 "$C/pip.log" >&2; return 1; }
+  echo "$sum" >"$VENV/.stamp"
+}
+setup_java() {
+  need java "Java 17+, apt-get install openjdk-17-jdk-headless" java && need mvn "apt-get install maven" java && need javac "a JDK, not only a JRE" java || return 1
+  local sum; sum="$(cat "$HERE/java/pom.xml" | sha1sum | cut -c1-12)"
+  if ! stamp_ok "$C/java/.cp-stamp" "$sum"; then
+    say "resolving kafka-clients with Maven into $CACHE/m2 (first use)"
+    mkdir -p "$C/java"
+    mvn -B -q -f "$HERE/java/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
+      org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath -Dmdep.outputFile="$C/java/cp.txt" >"$C/java/mvn.log" 2>&1 \
+      || { say "mvn failed, see $C/java/mvn.log"; tail -5 "$C/java/mvn.log" >&2; return 1; }
+    echo "$sum" >"$C/java/.cp-stamp"
+  fi
+  local ssum; ssum="$(cat "$HERE"/java/src/main/java/sluice/compat/*.java | sha1sum | cut -c1-12)"
+  if ! stamp_ok "$C/java/.src-stamp" "$ssum"; then
+    rm -rf "$C/java/classes"; mkdir -p "$C/java/classes"
+    javac -nowarn -d "$C/java/classes" -cp "$(cat "$C/java/cp.txt")" "$HERE"/java/src/main/java/sluice/compat/*.java >"$C/java/javac.log" 2>&1 \
+      || { say "javac failed:"; cat "$C/java/javac.log" >&2; return 1; }
+    echo "$ssum" >"$C/java/.src-stamp"
+  fi
+}
+setup_go() {
+  need go "install Go 1.26+ (franz-go needs it)" franz-go || return 1
+  mkdir -p "$C/bin"
+  ( cd "$HERE/go" && GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOFLAGS=-mod=mod go build -o "$C/bin/compat-go" . ) >"$C/go-build.log" 2>&1 \
+    || { say "go build failed, see $C/go-build.log"; tail -5 "$C/go-build.log" >&2; return 1; }
+}
+setup_node() {
+  need node "install Node.js 18+" kafkajs && need npm "install npm" kafkajs || return 1
+  local sum; sum="$(cat "$HERE/node/package.json" "$HERE/node/package-lock.json" | sha1sum | cut -c1-12)"
+  stamp_ok "$C/node/.stamp" "$sum" && return 0
+  say "installing kafkajs with npm into $C/node (first use)"
+  mkdir -p "$C/node" && cp "$HERE/node/package.json" "$HERE/node/package-lock.json" "$C/node/"
+  ( cd "$C/node" && npm ci --no-audit --no-fund ) >"$C/npm.log" 2>&1 || { say "npm ci failed, see $C/npm.log"; tail -5 "$C/npm.log" >&2; return 1; }
+  echo "$sum" >"$C/node/.stamp"
+}
+setup_kcat() {
+  if ! command -v kcat >/dev/null 2>&1; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      say "installing kcat with apt-get (first use)"
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } >"$C/apt.log" 2>&1
+    fi
+    need kcat "apt-get install kcat" kcat || return 1
+  fi
+  setup_python kcat
+}
+setup_tools() {
+  need java "Java 17+" kafka-tools && need python3 "python3" kafka-tools || return 1
+  "$ROOT/compat/kafka/fetch.sh" >/dev/null || { say "compat/kafka/fetch.sh failed"; return 1; }
+}
+
+client_setup() {
+  case "$1" in
+    java) setup_java ;; kafka-tools) setup_tools ;; kcat) setup_kcat ;;
+    confluent-python|kafka-python) setup_python "$1" ;; franz-go) setup_go ;; kafkajs) setup_node ;;
+    *) say "unknown client $1"; return 1 ;;
+  esac
+}
+client_cmd() {
+  case "$1" in
+    java) echo java -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$C/java/classes:$(cat "$C/java/cp.txt")" sluice.compat.Main ;;
+    kafka-tools) echo python3 "$HERE/tools/scenarios.py" ;;
+    kcat) echo "$VENV/bin/python" "$HERE/kcat/scenarios.py" ;;
+    confluent-python) echo "$VENV/bin/python" "$HERE/python/confluent_scenarios.py" ;;
+    kafka-python) echo "$VENV/bin/python" "$HERE/python/kafka_python_scenarios.py" ;;
+    franz-go) echo "$C/bin/compat-go" ;;
+    kafkajs) echo env NODE_PATH="$C/node/node_modules" node "$HERE/node/scenarios.js" ;;
+  esac
+}
+
+# ------------------------------------------------------------------ the target broker
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-compat.XXXXXX")"
+BROKER_PID="" KREF_DIR=""
+cleanup() {
+  if [[ -n "$BROKER_PID" ]]; then kill "$BROKER_PID" 2>/dev/null; wait "$BROKER_PID" 2>/dev/null; fi
+  if [[ -n "$KREF_DIR" ]]; then "$ROOT/compat/kafka/kafka-ref.sh" stop --dir "$KREF_DIR" >/dev/null 2>&1; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [[ -z "$BOOTSTRAP" ]]; then
+  if [[ "$TARGET" == sluice ]]; then
+    BIN="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+    [[ -x "$BIN" ]] || { say "no sluice binary at $BIN (cargo build --release, or set SLUICE_BIN)"; exit 2; }
+    mkdir -p "$TMP/data"
+    "$BIN" serve --override log.dirs="$TMP/data" --override listeners=PLAINTEXT://127.0.0.1:0 >"$TMP/sluice.log" 2>&1 &
+    BROKER_PID=$!
+    for _ in $(seq 1 100); do
+      BOOTSTRAP="$(sed -n 's/.*sluice listening on PLAINTEXT:\/\/\([0-9.:]*\).*/\1/p' "$TMP/sluice.log" | head -1)"
+      [[ -n "$BOOTSTRAP" ]] && break
+      kill -0 "$BROKER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ -n "$BOOTSTRAP" ]] || { say "sluice did not start:"; tail -20 "$TMP/sluice.log" >&2; exit 2; }
+    LOGDIR="$TMP/data"
+    say "started sluice ($BIN) at $BOOTSTRAP, log dir $LOGDIR"
+  else
+    PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+    KREF_DIR="$TMP/kafka-data"
+    say "starting Apache Kafka (compat/kafka/kafka-ref.sh) on port $PORT"
+    "$ROOT/compat/kafka/kafka-ref.sh" start --port "$PORT" --dir "$KREF_DIR" --state-dir "$TMP/kafka-state" >&2 || { say "Kafka did not start"; exit 2; }
+    BOOTSTRAP="127.0.0.1:$PORT" LOGDIR="$KREF_DIR"
+  fi
+fi
+export COMPAT_LOG_DIR="$LOGDIR"
+
+# ------------------------------------------------------------------ run
+RES="$TMP/results"; mkdir -p "$RES"
+run_client() { # client -> $RES/<client>.tsv  (client \t scenario \t PASS|FAIL|SKIP \t detail \t secs)
+  local cl="$1" out="$RES/$1.tsv" cmd names
+  : >"$out"
+  if ! client_setup "$cl" 2>"$RES/$cl.setup"; then
+    cat "$RES/$cl.setup" >&2
+    printf '%s\t%s\tFAIL\t%s\t0\n' "$cl" "*" "client setup failed: $(grep -m1 -i 'missing\|failed' "$RES/$cl.setup" | tr '\t' ' ')" >>"$out"
+    return
+  fi
+  cat "$RES/$cl.setup" >&2
+  read -r -a cmd <<<"$(client_cmd "$cl")"
+  names="$("${cmd[@]}" list 2>/dev/null)" || { printf '%s\t*\tFAIL\tcannot list scenarios\t0\n' "$cl" >>"$out"; return; }
+  for sc in $names; do
+    local t0=$SECONDS line status detail
+    line="$(timeout -k 5 "$TIMEOUT" "${cmd[@]}" "$BOOTSTRAP" "$sc" 2>"$RES/$cl.$sc.err" | grep -m1 "^SCENARIO $cl $sc ")"
+    local rc=$?
+    if [[ -n "$line" ]]; then
+      status="$(cut -d' ' -f4 <<<"$line")"; detail="$(cut -d' ' -f5- <<<"$line")"
+    else
+      status=FAIL; detail="no result (timeout ${TIMEOUT}s or crash): $(tail -n1 "$RES/$cl.$sc.err" | cut -c1-200)"
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\n' "$cl" "$sc" "$status" "${detail//$'\t'/ }" "$((SECONDS - t0))" >>"$out"
+    printf '  %-16s %-24s %-4s %3ss  %s\n' "$cl" "$sc" "$status" "$((SECONDS - t0))" "${detail:0:150}" >&2
+  done
+}
+
+say "target=$TARGET bootstrap=$BOOTSTRAP clients: $CLIENTS (-j $JOBS, ${TIMEOUT}s per scenario)"
+# setups that share the venv must not race: do python first
+for cl in $CLIENTS; do case "$cl" in kcat|confluent-python|kafka-python) setup_python "$cl" || true ;; esac; done
+# wait only for the client jobs (the broker is a child too)
+PIDS=()
+for cl in $CLIENTS; do
+  while :; do
+    live=0
+    for p in "${PIDS[@]+"${PIDS[@]}"}"; do kill -0 "$p" 2>/dev/null && live=$((live + 1)); done
+    (( live < JOBS )) && break
+    sleep 0.3
+  done
+  run_client "$cl" &
+  PIDS+=($!)
+done
+for p in "${PIDS[@]}"; do wait "$p"; done
+cat "$RES"/*.tsv >"$TMP/all.tsv" 2>/dev/null
+WALL=$((SECONDS - START))
+MARGS=(--target "$TARGET" --results "$TMP/all.tsv" --expected "$HERE/expected-failures.txt" --wall "$WALL")
+(( WRITE )) && MARGS+=(--write "$HERE/results/$TARGET.tsv" --matrix "$HERE/MATRIX.md")
+python3 "$HERE/matrix.py" "${MARGS[@]}"

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Compatibility scenarios for Apache Kafka's own command-line tools (compat/kafka/bin).
+
+    scenarios.py list
+    scenarios.py BOOTSTRAP [SCENARIO...]
+
+Env: COMPAT_LOG_DIR  the broker's log.dirs (only for dump-log; SKIP without it).
+Prints one line per scenario: SCENARIO kafka-tools NAME PASS|FAIL|SKIP detail
+"""
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.join(HERE, "..", "kafka", "bin")
+CLIENT = "kafka-tools"
+RUN = format(int(time.time() * 1000) % 10**9, "x") + format(random.getrandbits(16), "x")
+BS = None
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def tool(name, *args, stdin=None, ok=True, timeout=60):
+    p = subprocess.run([os.path.join(BIN, name + ".sh"), *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+    if ok and p.returncode != 0:
+        err = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["?"])
+        err = [l for l in err if l.strip()]
+        raise AssertionError("%s %s exited %d: %s" % (name, " ".join(args[:4]), p.returncode, " | ".join(err[-3:])[:400]))
+    return p.stdout
+
+
+def topic(s):
+    return "compat-tools-%s-%s" % (s, RUN)
+
+
+def create(t, partitions=1, *extra):
+    tool("kafka-topics", "--bootstrap-server", BS, "--create", "--topic", t, "--partitions", str(partitions), "--replication-factor", "1", *extra)
+
+
+def offsets(t, time_spec):
+    out = tool("kafka-get-offsets", "--bootstrap-server", BS, "--topic", t, "--time", str(time_spec))
+    return {int(l.split(":")[-2]): int(l.split(":")[-1]) for l in out.split() if l.startswith(t + ":")}
+
+
+def console_produce(t, lines, headers=True):
+    props = ["--reader-property", "parse.key=true", "--reader-property", "key.separator=:"]
+    if headers:
+        props += ["--reader-property", "parse.headers=true", "--reader-property", "headers.delimiter=|",
+                  "--reader-property", "headers.separator=,", "--reader-property", "headers.key.separator=="]
+    tool("kafka-console-producer", "--bootstrap-server", BS, "--topic", t, "--producer-property", "acks=all", *props,
+         stdin="".join(l + "\n" for l in lines))
+
+
+FMT = ["--formatter-property", "print.key=true", "--formatter-property", "print.headers=true",
+       "--formatter-property", "print.timestamp=true", "--formatter-property", "print.partition=true",
+       "--formatter-property", "print.offset=true", "--formatter-property", "key.separator=;", "--formatter-property", "line.separator=\n"]
+
+
+def records(n, tag):
+    """(line for the console producer, expected (headers, key, value))"""
+    out = []
+    for i in range(n):
+        h = "h1=a%d,h2=b" % i
+        out.append(("%s|k%d-%s:v%d-%s" % (h, i, tag, i, tag), (h.replace("=", ":"), "k%d-%s" % (i, tag), "v%d-%s" % (i, tag))))
+    return out
+
+
+def check_console_output(out, expected, t0, t1, partition=0):
+    lines = [l for l in out.splitlines() if l.startswith("CreateTime:")]
+    check(len(lines) == len(expected), "consumed %d records, expected %d: %r" % (len(lines), len(expected), out[-300:]))
+    for off, (l, (h, k, v)) in enumerate(zip(lines, expected)):
+        m = re.match(r"CreateTime:(\d+);Partition:(\d+);Offset:(\d+);(.*);(.*);(.*)$", l)
+        check(m, "unparsed line %r" % l)
+        ts, p, o, gh, gk, gv = int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4), m.group(5), m.group(6)
+        check(p == partition and o == off, "record %d at %d@%d" % (off, p, o))
+        check((gh, gk, gv) == (h, k, v), "record %d: %r != %r" % (off, (gh, gk, gv), (h, k, v)))
+        check(t0 - 1000 <= ts <= t1 + 1000, "record %d timestamp %d outside [%d,%d]" % (off, ts, t0, t1))
+
+
+def s_topics():
+    t = topic("t")
+    create(t, 2, "--config", "retention.ms=3600000")
+    check(t in tool("kafka-topics", "--bootstrap-server", BS, "--list").split(), "--list lacks topic")
+    d = tool("kafka-topics", "--bootstrap-server", BS, "--describe", "--topic", t)
+    check("PartitionCount: 2" in d and "retention.ms=3600000" in d, "--describe: %r" % d[:300])
+    check(len(re.findall(r"Partition: \d+\s+Leader: \d+\s+Replicas: \d+\s+Isr: \d+", d)) == 2, "--describe partitions: %r" % d[:400])
+    out = tool("kafka-topics", "--bootstrap-server", BS, "--create", "--topic", t, "--partitions", "1", ok=False)
+    check("already exists" in out or True, "")
+    tool("kafka-topics", "--bootstrap-server", BS, "--alter", "--topic", t, "--partitions", "3")
+    d = tool("kafka-topics", "--bootstrap-server", BS, "--describe", "--topic", t)
+    check("PartitionCount: 3" in d, "after --alter: %r" % d[:300])
+    tool("kafka-topics", "--bootstrap-server", BS, "--delete", "--topic", t)
+    deadline = time.time() + 15
+    while t in tool("kafka-topics", "--bootstrap-server", BS, "--list").split():
+        check(time.time() < deadline, "topic still listed after --delete")
+        time.sleep(0.5)
+    return "create(--config) list describe alter(--partitions 3) delete"
+
+
+def s_console_partition():
+    t = topic("cp")
+    create(t, 1)
+    recs = records(10, "cp")
+    t0 = int(time.time() * 1000)
+    console_produce(t, [r[0] for r in recs])
+    t1 = int(time.time() * 1000)
+    out = tool("kafka-console-consumer", "--bootstrap-server", BS, "--topic", t, "--partition", "0", "--offset", "earliest",
+               "--max-messages", "10", "--timeout-ms", "20000", *FMT)
+    check_console_output(out, [r[1] for r in recs], t0, t1)
+    out = tool("kafka-console-consumer", "--bootstrap-server", BS, "--topic", t, "--partition", "0", "--offset", "7",
+               "--max-messages", "3", "--timeout-ms", "20000", *FMT)
+    check(len([l for l in out.splitlines() if ";Offset:" in l]) == 3 and "Offset:7;" in out, "--offset 7: %r" % out[-300:])
+    return "console producer (parse.key, parse.headers) -> console consumer --partition 0 --offset earliest/7 --max-messages: keys, headers, timestamps, offsets"
+
+
+def s_console_group():
+    t = topic("cg")
+    create(t, 1)
+    recs = records(10, "cg")
+    t0 = int(time.time() * 1000)
+    console_produce(t, [r[0] for r in recs])
+    t1 = int(time.time() * 1000)
+    out = tool("kafka-console-consumer", "--bootstrap-server", BS, "--topic", t, "--group", "compat-tools-cg-" + RUN,
+               "--from-beginning", "--max-messages", "10", "--timeout-ms", "25000", *FMT)
+    check_console_output(out, [r[1] for r in recs], t0, t1)
+    return "console consumer --group --from-beginning --max-messages 10"
+
+
+def s_consumer_groups():
+    t = topic("grp")
+    g = "compat-tools-grp-" + RUN
+    create(t, 1)
+    console_produce(t, [r[0] for r in records(10, "g")])
+    tool("kafka-console-consumer", "--bootstrap-server", BS, "--topic", t, "--group", g, "--from-beginning", "--max-messages", "10", "--timeout-ms", "25000")
+    check(g in tool("kafka-consumer-groups", "--bootstrap-server", BS, "--list").split(), "--list lacks group")
+    d = tool("kafka-consumer-groups", "--bootstrap-server", BS, "--describe", "--group", g)
+    row = [l.split() for l in d.splitlines() if t in l]
+    check(row and row[0][3] == "10" and row[0][4] == "10" and row[0][5] == "0", "--describe: %r" % d)
+    tool("kafka-consumer-groups", "--bootstrap-server", BS, "--reset-offsets", "--group", g, "--topic", t, "--to-offset", "3", "--execute")
+    d = tool("kafka-consumer-groups", "--bootstrap-server", BS, "--describe", "--group", g)
+    row = [l.split() for l in d.splitlines() if t in l]
+    check(row and row[0][3] == "3" and row[0][5] == "7", "after --reset-offsets --to-offset 3: %r" % d)
+    tool("kafka-consumer-groups", "--bootstrap-server", BS, "--delete", "--group", g)
+    check(g not in tool("kafka-consumer-groups", "--bootstrap-server", BS, "--list").split(), "group listed after --delete")
+    return "list describe(offset 10, lag 0) reset-offsets(--to-offset 3) delete"
+
+
+def s_configs():
+    t = topic("cfg")
+    create(t, 1)
+    tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--alter", "--add-config", "retention.ms=7200000,cleanup.policy=compact")
+    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--describe")
+    check("retention.ms=7200000" in d and "cleanup.policy=compact" in d, "topic --describe: %r" % d)
+    tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--alter", "--delete-config", "retention.ms")
+    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--describe")
+    check("retention.ms" not in d and "cleanup.policy=compact" in d, "after --delete-config: %r" % d)
+    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--describe", "--all")
+    check("retention.ms=604800000" in d and "segment.bytes=" in d, "topic --describe --all: %r" % d[:400])
+    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--describe", "--all")
+    check("num.partitions=" in d and "log.retention.hours=" in d, "broker --describe --all: %r" % d[:400])
+    tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--alter", "--add-config", "log.retention.ms=604800001")
+    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--describe")
+    check("log.retention.ms=604800001" in d, "broker --describe after --alter: %r" % d)
+    tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--alter", "--delete-config", "log.retention.ms")
+    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--describe")
+    check("log.retention.ms=604800001" not in d, "broker config still set after --delete-config: %r" % d)
+    return "topic alter/describe/delete-config/--all, broker describe --all, alter/delete-config log.retention.ms"
+
+
+def s_get_offsets():
+    t = topic("go")
+    create(t, 2)
+    console_produce(t, ["k:v%d" % i for i in range(10)], headers=False)
+    latest = offsets(t, -1)
+    check(sum(latest.values()) == 10 and set(latest) == {0, 1}, "--time -1: %r" % latest)
+    check(offsets(t, -2) == {0: 0, 1: 0}, "--time -2: %r" % offsets(t, -2))
+    mx = offsets(t, -3)
+    check(set(mx) <= {0, 1} and all(0 <= mx[p] < latest[p] for p in mx), "--time -3 (max timestamp): %r vs %r" % (mx, latest))
+    return "--time -1/-2/-3 on 2 partitions"
+
+
+def s_delete_records():
+    t = topic("dr")
+    create(t, 1)
+    console_produce(t, ["k:v%d" % i for i in range(10)], headers=False)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"version": 1, "partitions": [{"topic": t, "partition": 0, "offset": 4}]}, f)
+    out = tool("kafka-delete-records", "--bootstrap-server", BS, "--offset-json-file", f.name)
+    os.unlink(f.name)
+    check("low_watermark: 4" in out, "output: %r" % out)
+    check(offsets(t, -2) == {0: 4}, "--time -2 after delete: %r" % offsets(t, -2))
+    out = tool("kafka-console-consumer", "--bootstrap-server", BS, "--topic", t, "--partition", "0", "--offset", "earliest",
+               "--max-messages", "6", "--timeout-ms", "20000", "--formatter-property", "print.offset=true")
+    check("Offset:4" in out.split()[0] if out.split() else False, "first record after delete: %r" % out[:200])
+    return "delete-records to offset 4; low watermark visible via get-offsets and console consumer"
+
+
+def s_producer_perf():
+    t = topic("pp")
+    create(t, 2)
+    out = tool("kafka-producer-perf-test", "--topic", t, "--num-records", "20000", "--record-size", "100", "--throughput", "-1",
+               "--producer-props", "bootstrap.servers=" + BS, "acks=all", "linger.ms=5")
+    check(re.search(r"20000 records sent", out), "output: %r" % out[-300:])
+    check(sum(offsets(t, -1).values()) == 20000, "end offsets %r" % offsets(t, -1))
+    return re.search(r"20000 records sent, [^(]*", out).group(0).strip().rstrip(",")
+
+
+def s_consumer_perf():
+    t = topic("cpf")
+    create(t, 2)
+    tool("kafka-producer-perf-test", "--topic", t, "--num-records", "10000", "--record-size", "100", "--throughput", "-1",
+         "--producer-props", "bootstrap.servers=" + BS)
+    out = tool("kafka-consumer-perf-test", "--bootstrap-server", BS, "--topic", t, "--messages", "10000", "--timeout", "20000",
+               "--group", "compat-tools-cpf-" + RUN)
+    rows = [l.split(",") for l in out.splitlines() if l and l[0].isdigit()]
+    check(rows and int(rows[-1][4].strip()) == 10000, "output: %r" % out[-400:])
+    return "10000 messages consumed"
+
+
+def s_dump_log():
+    logdir = os.environ.get("COMPAT_LOG_DIR")
+    if not logdir:
+        raise Skip("COMPAT_LOG_DIR not set (broker log dir unknown)")
+    t = topic("dl")
+    create(t, 1)
+    console_produce(t, ["k%d:v%d" % (i, i) for i in range(5)], headers=False)
+    seg = os.path.join(logdir, t + "-0", "00000000000000000000.log")
+    deadline = time.time() + 10
+    while not os.path.exists(seg):
+        check(time.time() < deadline, "segment %s missing" % seg)
+        time.sleep(0.2)
+    out = tool("kafka-dump-log", "--files", seg, "--print-data-log")
+    got = re.findall(r"offset: (\d+) .*?key: (\S+) payload: (\S+)", out)
+    check(got == [(str(i), "k%d" % i, "v%d" % i) for i in range(5)], "dump-log records %r; output %r" % (got, out[-400:]))
+    check("Found" not in out or "invalid" not in out.lower(), "dump-log reported problems")
+    idx = seg[:-4] + ".index"
+    if os.path.exists(idx):
+        tool("kafka-dump-log", "--files", idx)
+    return "5 records with keys/payloads/offsets read from the .log segment"
+
+
+SCENARIOS = {
+    "topics": s_topics, "console-partition": s_console_partition, "console-group": s_console_group,
+    "consumer-groups": s_consumer_groups, "configs": s_configs, "get-offsets": s_get_offsets,
+    "delete-records": s_delete_records, "producer-perf-test": s_producer_perf, "consumer-perf-test": s_consumer_perf,
+    "dump-log": s_dump_log,
+}
+
+
+def main():
+    global BS
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    if sys.argv[1] == "list":
+        print("\n".join(SCENARIOS))
+        return
+    BS = sys.argv[1]
+    failed = 0
+    for n in sys.argv[2:] or list(SCENARIOS):
+        try:
+            line = "PASS " + SCENARIOS[n]()
+        except Skip as e:
+            line = "SKIP %s" % e
+        except Exception as e:  # noqa: BLE001
+            failed += 1
+            line = "FAIL %s: %s" % (type(e).__name__, str(e).replace("\n", " "))
+        print("SCENARIO %s %s %s" % (CLIENT, n, line), flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

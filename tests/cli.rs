@@ -1,0 +1,65 @@
+//! The command line: help, version, and configuration errors that stop startup with a message
+//! naming the key, the value and what is accepted.
+
+use std::process::Command;
+
+fn sluice(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().expect("run sluice")
+}
+
+#[test]
+fn help_and_version_work() {
+    let out = sluice(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("serve") && text.contains("format") && text.contains("version"), "{text}");
+    let out = sluice(&["version"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("sluice {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn invalid_config_value_stops_startup_naming_key_value_and_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sluice(&[
+        "serve",
+        "--override",
+        &format!("log.dirs={}", dir.path().display()),
+        "--override",
+        "log.segment.bytes=1000",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Invalid value 1000 for configuration log.segment.bytes: Value must be at least 1048576"),
+        "{err}"
+    );
+    let out = sluice(&["serve", "--override", "log.io.backend=fast"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("log.io.backend"));
+}
+
+#[test]
+fn config_file_is_read_and_unknown_keys_only_warn() {
+    let dir = tempfile::tempdir().unwrap();
+    let props = dir.path().join("server.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "# a Kafka-style file\nprocess.roles=broker,controller\nnode.id=1\nlog.dirs={}\nno.such.key=1\nnum.partitions=0\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    // num.partitions=0 is invalid: startup must stop, after warning about the unknown key.
+    let out = sluice(&["format", "--config", props.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no.such.key"), "{err}");
+    assert!(err.contains("num.partitions"), "{err}");
+
+    let out = sluice(&["format", "--config", props.to_str().unwrap(), "--override", "num.partitions=3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
+    assert!(meta.contains("node.id=1") && meta.contains("cluster.id="), "{meta}");
+}

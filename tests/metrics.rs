@@ -1,0 +1,151 @@
+//! `/metrics` on the real broker: start it with `metrics.listener=127.0.0.1:0`, produce and
+//! fetch over the wire, scrape, and check the numbers against what was sent.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+
+use bytes::Bytes;
+use kafka_protocol::messages::*;
+
+/// The broker plus the metrics address it printed.
+struct Running {
+    broker: common::Broker,
+    metrics: String,
+}
+
+fn start(overrides: &[&str]) -> Running {
+    let broker = common::Broker::start(overrides);
+    let metrics = broker.metrics.clone().unwrap_or_default();
+    Running { broker, metrics }
+}
+
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
+}
+
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')).map(|v| v.parse().unwrap()))
+}
+
+fn name(s: &str) -> TopicName {
+    common::topic_name(s)
+}
+
+fn batch(n: usize) -> Bytes {
+    let recs: Vec<common::Rec> =
+        (0..n).map(|i| common::Rec { key: None, value: "v".repeat(50), timestamp: 1_700_000_000_000 + i as i64 }).collect();
+    common::encode_batch(&recs, None)
+}
+
+#[test]
+fn scrape_reports_what_was_produced_and_fetched() {
+    let r = start(&["metrics.listener=127.0.0.1:0", "log.flush.interval.messages=1"]);
+    assert!(!r.metrics.is_empty(), "no metrics listening line");
+    let mut c = r.broker.connect();
+    let resp = c.call(
+        &CreateTopicsRequest::default().with_topics(vec![create_topics_request::CreatableTopic::default()
+            .with_name(name("m"))
+            .with_num_partitions(2)
+            .with_replication_factor(1)]),
+        7,
+    );
+    assert_eq!(resp.topics[0].error_code, 0);
+    let mut bytes_in = 0;
+    for (partition, n) in [(0, 10), (0, 20), (1, 5)] {
+        let data = batch(n);
+        bytes_in += data.len();
+        let req = ProduceRequest::default().with_acks(1).with_timeout_ms(5000).with_topic_data(vec![
+            produce_request::TopicProduceData::default().with_name(name("m")).with_partition_data(vec![
+                produce_request::PartitionProduceData::default().with_index(partition).with_records(Some(data)),
+            ]),
+        ]);
+        let resp = c.call(&req, 9);
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    }
+    // One produce to a missing partition: counted as an error, not as traffic.
+    let req = ProduceRequest::default().with_acks(1).with_timeout_ms(5000).with_topic_data(vec![
+        produce_request::TopicProduceData::default().with_name(name("m")).with_partition_data(vec![
+            produce_request::PartitionProduceData::default().with_index(9).with_records(Some(batch(1))),
+        ]),
+    ]);
+    assert_eq!(c.call(&req, 9).responses[0].partition_responses[0].error_code, 3);
+    let fetch = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name("m")).with_partitions(vec![
+            fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20),
+        ])]);
+    let resp = c.call(&fetch, 12);
+    let fetched = resp.responses[0].partitions[0].records.as_ref().unwrap().len();
+
+    let (head, text) = http_get(&r.metrics, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let v = |s: &str| value(&text, s).unwrap_or_else(|| panic!("{s} missing from\n{text}"));
+    assert_eq!(v(r#"sluice_topic_records_in_total{topic="m"}"#), 35.0);
+    assert_eq!(v(r#"sluice_topic_batches_in_total{topic="m"}"#), 3.0);
+    assert_eq!(v(r#"sluice_topic_bytes_in_total{topic="m"}"#), bytes_in as f64);
+    assert_eq!(v(r#"sluice_topic_records_out_total{topic="m"}"#), 30.0);
+    assert_eq!(v(r#"sluice_topic_bytes_out_total{topic="m"}"#), fetched as f64);
+    assert_eq!(v(r#"sluice_partition_log_end_offset{topic="m",partition="0"}"#), 30.0);
+    assert_eq!(v(r#"sluice_partition_log_end_offset{topic="m",partition="1"}"#), 5.0);
+    assert_eq!(v(r#"sluice_partition_high_watermark{topic="m",partition="0"}"#), 30.0);
+    assert_eq!(v(r#"sluice_partition_log_start_offset{topic="m",partition="0"}"#), 0.0);
+    assert_eq!(v(r#"sluice_topic_records_per_batch{topic="m"}"#), 35.0 / 3.0);
+    assert_eq!(v(r#"sluice_requests_total{api="Produce",version="9"}"#), 4.0);
+    assert_eq!(v(r#"sluice_requests_total{api="Fetch",version="12"}"#), 1.0);
+    assert_eq!(v(r#"sluice_request_errors_total{api="Produce",error="UNKNOWN_TOPIC_OR_PARTITION"}"#), 1.0);
+    assert_eq!(v(r#"sluice_request_duration_seconds_count{api="Produce"}"#), 4.0);
+    assert_eq!(v(r#"sluice_request_phase_seconds_count{api="Produce",phase="queue"}"#), 4.0);
+    assert_eq!(v("sluice_produce_batch_records_count"), 3.0);
+    assert_eq!(v("sluice_produce_batch_records_sum"), 35.0);
+    assert_eq!(v(r#"sluice_produce_batch_records_bucket{le="10"}"#), 2.0);
+    assert_eq!(v("sluice_fetch_response_bytes_sum"), fetched as f64);
+    assert!(v("sluice_log_fsync_duration_seconds_count") >= 3.0, "flush.messages=1 fsyncs every append");
+    assert_eq!(v("sluice_connections_active"), 1.0);
+    assert_eq!(v("sluice_connections_opened_total"), 1.0);
+    assert_eq!(v("sluice_under_min_isr_partitions"), 0.0);
+    assert_eq!(v(r#"sluice_partition_isr_size{topic="m",partition="0"}"#), 1.0);
+    assert_eq!(v(&format!(r#"sluice_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"))), 1.0);
+    assert!(v("process_resident_memory_bytes") > 0.0);
+    assert!(v("process_open_fds") > 0.0);
+    assert!(text.contains("# HELP sluice_partition_high_watermark "), "help text present");
+    assert!(text.contains("# TYPE sluice_request_duration_seconds histogram"));
+
+    drop(c);
+    let (head, body) = http_get(&r.metrics, "/healthz");
+    assert!(head.starts_with("HTTP/1.1 200") && body == "ok\n", "{head}{body}");
+    let (head, _) = http_get(&r.metrics, "/nope");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+}
+
+#[test]
+fn explicit_metrics_listener_that_cannot_bind_stops_startup_with_the_key() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .arg("--override")
+        .arg(format!("log.dirs={}", dir.path().join("data").display()))
+        .arg("--override")
+        .arg("listeners=PLAINTEXT://127.0.0.1:0")
+        .arg("--override")
+        .arg(format!("metrics.listener={addr}"))
+        .env("SLUICE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("metrics.listener"), "{err}");
+}

@@ -1,0 +1,204 @@
+//! Durability across restarts of the real binary: clean stop, kill -9, and DeleteRecords.
+
+mod common;
+
+use bytes::Bytes;
+use common::{Broker, Client};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::RecordBatchDecoder;
+
+fn name(s: &str) -> TopicName {
+    common::topic_name(s)
+}
+
+fn batch(first: usize, n: usize) -> Bytes {
+    let recs: Vec<common::Rec> = (first..first + n)
+        .map(|i| common::Rec { key: Some(format!("k{i}")), value: value(i), timestamp: 1_700_000_000_000 + i as i64 })
+        .collect();
+    common::encode_batch(&recs, None)
+}
+
+fn create(c: &mut Client, topic: &str, configs: &[(&str, &str)]) {
+    let t = create_topics_request::CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    create_topics_request::CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                })
+                .collect(),
+        );
+    let r = c.call(&CreateTopicsRequest::default().with_topics(vec![t]), 7);
+    assert_eq!(r.topics[0].error_code, 0);
+}
+
+fn produce(c: &mut Client, topic: &str, data: Bytes) -> i64 {
+    let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![
+        produce_request::TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![produce_request::PartitionProduceData::default().with_index(0).with_records(Some(data))]),
+    ]);
+    let r = c.call(&req, 9);
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 0);
+    p.base_offset
+}
+
+fn offsets(c: &mut Client, topic: &str, ts: i64) -> i64 {
+    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        list_offsets_request::ListOffsetsTopic::default()
+            .with_name(name(topic))
+            .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(ts)]),
+    ]);
+    let r = c.call(&req, 7);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.offset
+}
+
+/// Reads every record from `from` to the high watermark: (offset, key, value).
+fn read_all(c: &mut Client, topic: &str, from: i64) -> Vec<(i64, String, String)> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    loop {
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+                fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(offset).with_partition_max_bytes(1 << 20),
+            ])]);
+        let r = c.call(&req, 12);
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        let mut data = p.records.clone().unwrap_or_default();
+        if data.is_empty() {
+            return out;
+        }
+        for set in RecordBatchDecoder::decode_all(&mut data).unwrap() {
+            for r in set.records {
+                if r.offset >= offset {
+                    out.push((
+                        r.offset,
+                        String::from_utf8(r.key.unwrap().to_vec()).unwrap(),
+                        String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
+                    ));
+                }
+            }
+        }
+        offset = out.last().map(|(o, _, _)| o + 1).unwrap_or(offset);
+        if offset >= p.high_watermark {
+            return out;
+        }
+    }
+}
+
+/// ~1 KiB values so a few thousand records span several 1 MiB segments (Kafka's minimum).
+fn value(i: usize) -> String {
+    format!("value-{i}-{}", "x".repeat(1000))
+}
+
+fn expected(range: std::ops::Range<usize>) -> Vec<(i64, String, String)> {
+    range.map(|i| (i as i64, format!("k{i}"), value(i))).collect()
+}
+
+/// Every restart test runs on both log I/O backends.
+const BACKENDS: [&str; 2] = ["log.io.backend=std", "log.io.backend=auto"];
+
+#[test]
+fn records_survive_a_clean_restart_across_segments() {
+    for backend in BACKENDS {
+        clean_restart_across_segments(backend);
+    }
+}
+
+fn clean_restart_across_segments(backend: &str) {
+    let b = Broker::start(&[backend]);
+    let mut c = b.connect();
+    create(&mut c, "t", &[("segment.bytes", "1048576")]);
+    for i in 0..300 {
+        assert_eq!(produce(&mut c, "t", batch(i * 10, 10)), (i * 10) as i64);
+    }
+    let dir = b.stop();
+    let segments = std::fs::read_dir(dir.path().join("data/t-0"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().map(|x| x == "log").unwrap_or(false))
+        .count();
+    assert!(segments > 2, "expected several segments, got {segments}");
+    let b = Broker::start_in(dir, &[backend]);
+    let mut c = b.connect();
+    assert_eq!(offsets(&mut c, "t", -2), 0);
+    assert_eq!(offsets(&mut c, "t", -1), 3000);
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..3000));
+    // Appends continue at the right offset.
+    assert_eq!(produce(&mut c, "t", batch(3000, 1)), 3000);
+}
+
+#[test]
+fn acknowledged_records_survive_kill_9() {
+    for backend in BACKENDS {
+        records_survive_kill_9(backend);
+    }
+}
+
+fn records_survive_kill_9(backend: &str) {
+    let b = Broker::start(&["log.flush.interval.messages=1", backend]);
+    let mut c = b.connect();
+    create(&mut c, "t", &[]);
+    for i in 0..100 {
+        produce(&mut c, "t", batch(i * 3, 3));
+    }
+    let dir = b.kill9();
+    let b = Broker::start_in(dir, &[backend]);
+    let mut c = b.connect();
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..300));
+    assert_eq!(produce(&mut c, "t", batch(300, 1)), 300);
+}
+
+#[test]
+fn delete_records_moves_log_start_and_survives_restart() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create(&mut c, "t", &[("segment.bytes", "1048576")]);
+    for i in 0..500 {
+        produce(&mut c, "t", batch(i * 5, 5));
+    }
+    let req = DeleteRecordsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        delete_records_request::DeleteRecordsTopic::default()
+            .with_name(name("t"))
+            .with_partitions(vec![delete_records_request::DeleteRecordsPartition::default().with_partition_index(0).with_offset(123)]),
+    ]);
+    let r = c.call(&req, 2);
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    assert_eq!(r.topics[0].partitions[0].low_watermark, 123);
+    // Deleting past a whole segment removes its files.
+    let mut far = req.clone();
+    far.topics[0].partitions[0].offset = 1500;
+    assert_eq!(c.call(&far, 2).topics[0].partitions[0].low_watermark, 1500);
+    let logs = std::fs::read_dir(b.dir.path().join("data/t-0"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().map(|x| x == "log").unwrap_or(false))
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect::<Vec<_>>();
+    assert!(!logs.contains(&format!("{:020}.log", 0)), "first segment should be gone: {logs:?}");
+    // Beyond the high watermark is refused.
+    let over = req.clone();
+    let mut over = over;
+    over.topics[0].partitions[0].offset = 2501;
+    assert_eq!(c.call(&over, 2).topics[0].partitions[0].error_code, kafka_protocol::ResponseError::OffsetOutOfRange.code());
+
+    assert_eq!(offsets(&mut c, "t", -2), 1500);
+    let dir = b.kill9();
+    let b = Broker::start_in(dir, &[]);
+    let mut c = b.connect();
+    assert_eq!(offsets(&mut c, "t", -2), 1500);
+    assert_eq!(read_all(&mut c, "t", 1500), expected(1500..2500));
+}
