@@ -308,3 +308,29 @@ fn kip848_members_get_epochs_and_disjoint_assignments() {
     let left = consumer_heartbeat(&mut c, "cg", "member-b", -1, None);
     assert_eq!((left.error_code, left.member_epoch), (0, -1));
 }
+
+#[test]
+fn consumer_lag_metrics_come_from_committed_offsets() {
+    use std::io::{Read, Write};
+    let mut overrides = FAST.to_vec();
+    overrides.push("metrics.listener=127.0.0.1:0");
+    let b = Broker::start(&overrides);
+    let metrics = b.metrics.clone().expect("metrics address");
+    let mut c = b.connect();
+    create_topic(&mut c, "lagging", 1);
+    let recs: Vec<common::Rec> = (0..10).map(|i| common::Rec { key: None, value: "v".into(), timestamp: 1_700_000_000_000 + i }).collect();
+    let produce = ProduceRequest::default().with_acks(1).with_timeout_ms(5000).with_topic_data(vec![produce_request::TopicProduceData::default()
+        .with_name(TopicName(s("lagging")))
+        .with_partition_data(vec![produce_request::PartitionProduceData::default().with_index(0).with_records(Some(common::encode_batch(&recs, None)))])]);
+    assert_eq!(c.call(&produce, 9).responses[0].partition_responses[0].error_code, 0);
+    let (member, gen) = join_and_sync(&mut c, "laggards");
+    assert_eq!(commit(&mut c, "laggards", &member, gen, "lagging", 0, 4), 0);
+    let mut stream = std::net::TcpStream::connect(&metrics).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {metrics}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let line = |prefix: &str| text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{text}")).to_string();
+    assert!(line("sluice_consumer_group_lag_records{").ends_with(" 6"), "{}", line("sluice_consumer_group_lag_records{"));
+    assert!(line("sluice_consumer_group_members{").ends_with(" 1"));
+    assert!(line("sluice_consumer_group_generation{").ends_with(" 1"));
+}

@@ -101,7 +101,7 @@ pub struct Broker {
     /// Set once listeners are bound (port 0 resolves to the real port).
     advertised: RwLock<Vec<Endpoint>>,
     /// The group coordinator (consumer groups and committed offsets).
-    groups: crate::group::Groups,
+    groups: Arc<crate::group::Groups>,
     /// Log start offsets read from `log-start-offset-checkpoint` at startup, applied as
     /// partitions open (DeleteRecords must survive a restart).
     start_offsets: Mutex<HashMap<(String, i32), i64>>,
@@ -140,7 +140,7 @@ impl Broker {
             topic_configs: Mutex::new(topic_configs),
             producer_ids: Mutex::new(producer_ids),
             advertised: RwLock::new(Vec::new()),
-            groups: crate::group::Groups::new(group_config),
+            groups: Arc::new(crate::group::Groups::new(group_config)),
             start_offsets: Mutex::new(HashMap::new()),
             checkpoint_lock: Mutex::new(()),
             metrics: Arc::default(),
@@ -149,6 +149,7 @@ impl Broker {
         broker.read_start_offsets();
         broker.load_topics()?;
         broker.groups.load(&broker)?;
+        broker.metrics.set_groups_view(broker.groups.clone());
         Ok(broker)
     }
 

@@ -76,6 +76,11 @@ impl GroupCoordinator {
         self.groups.get(group_id)
     }
 
+    /// Every group, by id.
+    pub fn groups(&self) -> impl Iterator<Item = (&String, &GroupEntry)> {
+        self.groups.iter()
+    }
+
     /// Collects a group's completions and, if its metadata changed, its GroupMetadata record.
     fn settle(&mut self, group_id: &str) {
         let Some(entry) = self.groups.get_mut(group_id) else { return };

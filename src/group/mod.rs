@@ -38,6 +38,7 @@ pub mod consumer;
 pub mod coordinator;
 pub mod driver;
 pub mod records;
+pub mod view;
 
 pub use classic::{ClassicGroup, GroupState};
 pub use config::GroupConfig;

@@ -97,6 +97,11 @@ pub struct ClassicGroup {
     outbox: Vec<Completion>,
     /// Set when something Kafka persists as GroupMetadataValue changed.
     metadata_changed: bool,
+    /// Rebalances started since the group was created or loaded (for metrics).
+    pub rebalances_total: u64,
+    rebalance_started_ms: Option<i64>,
+    /// How long the last completed rebalance took, from PreparingRebalance to Stable or Empty.
+    pub last_rebalance_duration_ms: Option<u64>,
 }
 
 fn new_member_id(client_id: &str, instance_id: Option<&str>) -> String {
@@ -125,6 +130,9 @@ impl ClassicGroup {
             initial_rebalance_delay_ms: initial_rebalance_delay_ms.max(0) as i64,
             outbox: Vec::new(),
             metadata_changed: false,
+            rebalances_total: 0,
+            rebalance_started_ms: None,
+            last_rebalance_duration_ms: None,
         }
     }
 
@@ -164,6 +172,18 @@ impl ClassicGroup {
     }
 
     fn transition(&mut self, state: GroupState, now_ms: i64) {
+        match state {
+            GroupState::PreparingRebalance if self.state != GroupState::PreparingRebalance => {
+                self.rebalances_total += 1;
+                self.rebalance_started_ms = Some(now_ms);
+            }
+            GroupState::Stable | GroupState::Empty => {
+                if let Some(start) = self.rebalance_started_ms.take() {
+                    self.last_rebalance_duration_ms = Some(now_ms.saturating_sub(start).max(0) as u64);
+                }
+            }
+            _ => {}
+        }
         self.state = state;
         self.state_timestamp_ms = now_ms;
     }
