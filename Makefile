@@ -3,7 +3,7 @@ CARGO ?= cargo
 SLUICE_BIN ?= target/release/sluice
 export SLUICE_BIN
 
-.PHONY: all build release run test test-rust test-clients fuzz compat compat-matrix kafka-ref kafka-ref-stop clean
+.PHONY: all build release run test test-rust test-clients test-metrics fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
 
 all: release
 
@@ -17,15 +17,19 @@ release:
 run: release
 	$(SLUICE_BIN) serve $(if $(CONFIG),--config $(CONFIG))
 
-## The whole test suite: Rust unit + integration tests, then the real-client suite
-## (librdkafka via confluent-kafka, Kafka's own tools from the Maven jars).
-test: test-rust test-clients
+## The whole test suite: Rust unit + integration tests, the real-client suite (librdkafka via
+## confluent-kafka, Kafka's own tools from the Maven jars), then the metrics check with a real
+## Prometheus (promtool rule tests + every dashboard and alert expression evaluated under load).
+test: test-rust test-clients test-metrics
 
 test-rust:
 	$(CARGO) test --all-targets
 
 test-clients: release
 	tests/clients/run.sh
+
+test-metrics: release test-clients
+	grafana/test/prometheus_e2e.sh
 
 ## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,
 ## kafka-python): `make compat` against sluice, `make compat TARGET=kafka` against Apache Kafka,
@@ -54,3 +58,7 @@ kafka-ref-stop:
 
 clean:
 	$(CARGO) clean
+
+## sluice vs Apache Kafka side by side (bench/README.md); BENCH_FULL=1 for the issue-6 sizes.
+bench:
+	bench/run.sh

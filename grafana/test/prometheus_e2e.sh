@@ -29,7 +29,7 @@ fi
 
 PYTHON="${PYTHON:-}"
 if [[ -z "$PYTHON" ]]; then
-    for p in "$repo/.cache/venv/bin/python" /work/main/.cache/venv/bin/python python3; do
+    for p in "$repo/.cache/venv/bin/python" python3; do
         if command -v "$p" >/dev/null && "$p" -c 'import confluent_kafka' 2>/dev/null; then PYTHON="$p"; break; fi
     done
 fi

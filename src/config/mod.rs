@@ -165,6 +165,19 @@ const ACCEPTED_KEYS: &[&str] = &[
     "log.flush.offset.checkpoint.interval.ms",
     "auto.leader.rebalance.enable",
     "connections.max.idle.ms",
+    // Read and validated by the group coordinator (`group::config`).
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.max.size",
+    "offsets.retention.minutes",
+    "offsets.retention.check.interval.ms",
+    "offset.metadata.max.bytes",
+    "offsets.topic.segment.bytes",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.max.size",
+    // Read by the log cleaner task.
+    "log.cleaner.backoff.ms",
 ];
 
 impl BrokerConfig {

@@ -1,0 +1,563 @@
+#!/usr/bin/env python3
+"""sluice vs Apache Kafka, side by side. Run through bench/run.sh (= make bench).
+
+Every knob is an environment variable (see bench/README.md). Writes bench/results.json
+(raw per-round figures) and then calls bench/report.py for RESULTS.md and results.png.
+"""
+import json, os, re, resource, shutil, signal, socket, statistics, struct, subprocess
+import sys, threading, time, datetime
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FULL = os.environ.get("BENCH_FULL", "0") == "1"
+
+
+def env(name, smoke, full):
+    v = os.environ.get(name)
+    if v is not None and v != "":
+        return type(smoke)(v)
+    return full if FULL else smoke
+
+
+CFG = {
+    "size": "full" if FULL else os.environ.get("BENCH_SIZE_NAME", "smoke"),
+    "rounds": env("BENCH_ROUNDS", 2, 2),
+    "order": os.environ.get("BENCH_ORDER", "sluice,kafka").split(","),
+    "records": env("BENCH_RECORDS", 50000, 2000000),            # per produce workload
+    "record_size": env("BENCH_RECORD_SIZE", 1024, 1024),
+    "lat_rate": env("BENCH_LAT_RATE", 2000, 2000),              # records/s, well below saturation
+    "lat_secs": env("BENCH_LAT_SECS", 10.0, 60.0),
+    "scale_partitions": env("BENCH_SCALE_PARTITIONS", 1000, 10000),
+    "scale_per_topic": env("BENCH_SCALE_PER_TOPIC", 100, 100),
+    "broker_cpus": os.environ.get("BENCH_BROKER_CPUS", "0" if os.cpu_count() >= 2 else "0"),
+    "client_cpus": os.environ.get("BENCH_CLIENT_CPUS", "1" if os.cpu_count() >= 2 else "0"),
+    "kafka_heap": os.environ.get("BENCH_KAFKA_HEAP", "-Xmx1G -Xms1G"),
+    "dd_mib": env("BENCH_DD_MIB", 256, 2048),
+    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,latency,recovery,scale").split(","),
+    "perf": os.environ.get("BENCH_PERF", "0") == "1",
+}
+WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, ".cache", "bench", "work"))
+# Below the ephemeral range (32768-60999 by default): a client or the readiness probe reconnecting to
+# a port in that range while no broker listens can self-connect and hold the port.
+PORT = int(os.environ.get("BENCH_PORT", "27192"))
+RDK = os.environ["BENCH_RDKBENCH"]
+SLUICE = os.environ["BENCH_SLUICE"]          # a private copy of the binary, taken by run.sh
+PY = sys.executable
+KAFKA_LIBS = os.environ["BENCH_KAFKA_LIBS"]
+CLK = os.sysconf("SC_CLK_TCK")
+BOOT = f"127.0.0.1:{PORT}"
+
+
+def log(*a):
+    print(time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
+
+
+def pin(cpus):
+    return ["taskset", "-c", cpus] if shutil.which("taskset") else []
+
+
+# ---------------------------------------------------------------- process facts
+def proc_cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK  # utime + stime, all threads
+
+
+def proc_status(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024.0  # MiB
+    return None
+
+
+class RssSampler:
+    """Samples VmRSS of pid every 50 ms; peak() since the last reset()."""
+    def __init__(self, pid):
+        self.pid, self.max, self.stop = pid, 0.0, False
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop:
+            try:
+                self.max = max(self.max, proc_status(self.pid, "VmRSS") or 0)
+            except OSError:
+                pass
+            time.sleep(0.05)
+
+    def reset(self):
+        self.max = 0.0
+
+    def close(self):
+        self.stop = True
+
+
+def apiversions_ok(port, timeout=0.5):
+    """One ApiVersions v0 round trip: the broker is serving requests."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            cid = b"bench"
+            hdr = struct.pack(">hhih", 18, 0, 7, len(cid)) + cid
+            s.sendall(struct.pack(">i", len(hdr)) + hdr)
+            n = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+            body = b""
+            while len(body) < n:
+                chunk = s.recv(n - len(body))
+                if not chunk:
+                    return False
+                body += chunk
+            corr, err = struct.unpack(">ih", body[:6])
+            return corr == 7 and err == 0
+    except (OSError, struct.error):
+        return False
+
+
+# ---------------------------------------------------------------- client runs
+def run_client(cmd, timeout=1800, cpus=None):
+    """Run a load generator pinned to the client CPUs; returns (rc, out, err, wall, cpu)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(pin(cpus or CFG["client_cpus"]) + cmd, capture_output=True, text=True, timeout=timeout)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = -9, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), \
+            ((e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")) + "\n[timeout]"
+    wall = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return rc, out, err, wall, cpu
+
+
+def last_json(out):
+    for line in reversed(out.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+
+
+def tool(name):
+    return [os.path.join(ROOT, "compat", "kafka", "bin", name)]
+
+
+def first_error(err):
+    lines = [l for l in err.splitlines() if re.search(r"ERROR|Exception|error|FAIL|timeout", l)]
+    return (lines[0] if lines else err.strip().splitlines()[-1] if err.strip() else "")[:400]
+
+
+# ---------------------------------------------------------------- brokers
+class Broker:
+    name = "?"
+
+    def __init__(self, data):
+        self.data, self.proc, self.pid = data, None, None
+
+    def start(self, fresh):
+        """Start pinned; returns seconds from exec to the first ApiVersions answer."""
+        if fresh:
+            shutil.rmtree(self.data, ignore_errors=True)
+            os.makedirs(self.data)
+            self.prepare()
+        self.errlog = open(os.path.join(WORK, f"{self.name}.log"), "ab")
+        wait_bindable()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(pin(CFG["broker_cpus"]) + self.cmd(), stdin=subprocess.DEVNULL,
+                                     stdout=self.errlog, stderr=self.errlog, start_new_session=True)
+        self.pid = self.proc.pid
+        while not apiversions_ok(PORT, 0.5):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited during startup, see {self.errlog.name}")
+            if time.monotonic() - t0 > 180:
+                raise RuntimeError(f"{self.name} did not serve within 180s")
+            time.sleep(0.005)
+        return time.monotonic() - t0
+
+    def prepare(self):
+        pass
+
+    def kill9(self):
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        wait_port_free()
+
+
+class Sluice(Broker):
+    name = "sluice"
+
+    def cmd(self):
+        return [SLUICE, "serve", "--override", f"log.dirs={self.data}",
+                "--override", f"listeners=PLAINTEXT://{BOOT}",
+                "--override", "metrics.listener=none"]
+
+
+class Kafka(Broker):
+    name = "kafka"
+
+    def props(self):
+        return os.path.join(WORK, "kafka-server.properties")
+
+    def prepare(self):
+        cport = free_port()
+        lines = [
+            "process.roles=broker,controller", "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{cport}",
+            f"listeners=PLAINTEXT://{BOOT},CONTROLLER://127.0.0.1:{cport}",
+            f"advertised.listeners=PLAINTEXT://{BOOT}",
+            "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={self.data}", "num.partitions=1",
+            "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=5",
+            "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=5",
+            "share.coordinator.state.topic.replication.factor=1", "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+        ]
+        with open(self.props(), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        cid = subprocess.run([PY, "-c", "import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip('='))"],
+                             capture_output=True, text=True).stdout.strip()
+        subprocess.run([os.path.join(ROOT, "compat", "kafka", "run-class.sh"), "kafka.tools.StorageTool", "format",
+                        "-t", cid, "-c", self.props()], check=True, capture_output=True)
+
+    def cmd(self):
+        return (["java"] + CFG["kafka_heap"].split() +
+                ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+                 "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
+                 f"-Dkafka.logs.dir={WORK}/kafka-logs",
+                 f"-Dlog4j2.configurationFile={ROOT}/compat/kafka/log4j2-server.properties",
+                 "-cp", f"{KAFKA_LIBS}/*", "kafka.Kafka", self.props()])
+
+
+def free_port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+
+
+def wait_bindable(secs=30):
+    for _ in range(int(secs * 10)):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", PORT))
+            return
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            s.close()
+
+
+def wait_port_free():
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", PORT), 0.2).close()
+            time.sleep(0.1)
+        except OSError:
+            return
+
+
+# ---------------------------------------------------------------- admin helpers
+def admin_run(args, timeout=900):
+    rc, out, err, wall, cpu = run_client([PY, os.path.join(HERE, "admin.py"), BOOT] + args, timeout=timeout)
+    j = last_json(out)
+    if rc != 0 or not j:
+        raise RuntimeError(f"admin {args[0]} failed: " + (first_error(err) or f"exit {rc}"))
+    return j
+
+
+def create_topics(specs, timeout=900):
+    """specs: [(name, partitions)]; returns seconds until every partition has a leader."""
+    return admin_run(["create"] + [f"{n}:{p}" for n, p in specs], timeout)["secs"]
+
+
+def latest_offsets(topic, parts):
+    # right after a restart Kafka may answer UNKNOWN_LEADER_EPOCH for a moment: retry for 30 s
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return admin_run(["latest", topic, str(parts)], 120)["sum"]
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+# ---------------------------------------------------------------- workloads
+def produce_cmd(toolname, topic, acks):
+    n, size = CFG["records"], CFG["record_size"]
+    if toolname == "perftest":
+        props = ["acks=all", "enable.idempotence=true"] if acks == "all" else ["acks=1", "enable.idempotence=false"]
+        return tool("kafka-producer-perf-test.sh") + [
+            "--topic", topic, "--num-records", str(n), "--record-size", str(size), "--throughput", "-1",
+            "--producer-props", f"bootstrap.servers={BOOT}", *props]
+    if toolname == "rdk":
+        props = ["-X", "acks=all", "-X", "enable.idempotence=true"] if acks == "all" else ["-X", "acks=1"]
+        return [RDK, "produce", "-b", BOOT, "-t", topic, "-n", str(n), "-s", str(size), *props]
+    if toolname == "py":
+        return [PY, os.path.join(HERE, "pyproduce.py"), BOOT, topic, str(n), str(size), acks]
+    raise ValueError(toolname)
+
+
+PERF_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+                     r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th")
+
+
+def parse_produce(toolname, rc, out, err):
+    if toolname == "perftest":
+        m = None
+        for line in out.splitlines():
+            mm = PERF_RE.search(line)
+            if mm:
+                m = mm
+        if rc != 0 or not m:
+            return {"error": first_error(err + out) or f"exit {rc}"}
+        return {"records": int(m.group(1)), "rps": float(m.group(2)), "mbps": float(m.group(3)),
+                "client_p50_ms": float(m.group(7)), "client_p99_ms": float(m.group(9))}
+    j = last_json(out)
+    if rc != 0 or not j:
+        return {"error": first_error(err + out) or f"exit {rc}"}
+    return j
+
+
+def session_main(b, rnd, res, perf_dir):
+    """Fresh broker: start, idle RSS, produce matrix, consume, latency, kill -9 + recovery."""
+    n, size = CFG["records"], CFG["record_size"]
+    res["start_s"] = b.start(fresh=True)
+    time.sleep(2)
+    res["rss_idle_mib"] = proc_status(b.pid, "VmRSS")
+    sampler = RssSampler(b.pid)
+    wl = CFG["workloads"]
+    produced_bytes = 0
+    tools = [t for t in ("perftest", "rdk", "py") if (t != "py" and "produce" in wl) or (t == "py" and "pyproduce" in wl)]
+    for toolname in tools:
+        for acks in ("1", "all"):
+            for parts in (1, 16):
+                if toolname == "py" and (acks != "1" or parts != 16):
+                    continue  # confluent-kafka-python only to compare load generators
+                key = f"produce/{toolname}/acks={acks}/p{parts}"
+                topic = f"p-{toolname}-a{acks}-p{parts}".replace("all", "all")
+                create_topics([(topic, parts)])
+                cpu0 = proc_cpu_s(b.pid)
+                sampler.reset()
+                perf = None
+                if CFG["perf"] and b.name == "sluice" and toolname == "rdk" and acks == "all" and parts == 16:
+                    perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-g", "-p", str(b.pid),
+                                             "-o", os.path.join(perf_dir, f"perf-r{rnd}.data")],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                rc, out, err, wall, ccpu = run_client(produce_cmd(toolname, topic, acks))
+                if perf:
+                    perf.send_signal(signal.SIGINT); perf.wait()
+                cpu = proc_cpu_s(b.pid) - cpu0
+                r = parse_produce(toolname, rc, out, err)
+                r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall,
+                          "rss_peak_mib": sampler.max})
+                if "error" not in r:
+                    gib = r.get("records", n) * size / 2**30
+                    produced_bytes += r.get("records", n) * size
+                    r["broker_cpu_s_per_gib"] = cpu / gib
+                res[key] = r
+                log(b.name, rnd, key, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
+    res["rss_load_peak_mib"] = max([v.get("rss_peak_mib", 0) for k, v in res.items()
+                                    if k.startswith("produce/") and isinstance(v, dict)] or [0])
+    if "consume" in wl and "produce" in wl:
+        topic = "p-rdk-a1-p16"
+        sampler.reset()
+        cpu0 = proc_cpu_s(b.pid)
+        rc, out, err, wall, ccpu = run_client([RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)])
+        j = last_json(out) if rc == 0 else None
+        r = j if j else {"error": first_error(err) or f"exit {rc}"}
+        r.update({"broker_cpu_s": proc_cpu_s(b.pid) - cpu0, "client_cpu_s": ccpu, "rss_peak_mib": sampler.max})
+        res["consume/rdk/p16"] = r
+        log(b.name, rnd, "consume/rdk/p16", r)
+        rc, out, err, wall, ccpu = run_client(tool("kafka-consumer-perf-test.sh") + [
+            "--bootstrap-server", BOOT, "--topic", topic, "--num-records", str(n), "--timeout", "30000",
+            "--hide-header"], timeout=300)
+        r = {"error": first_error(err + out) or f"exit {rc}"}
+        for line in out.splitlines():
+            parts_ = [p.strip() for p in line.split(",")]
+            if len(parts_) >= 10:
+                try:
+                    r = {"mbps": float(parts_[3]), "rps": float(parts_[5]), "records": int(float(parts_[4])),
+                         "rebalance_ms": float(parts_[6]), "fetch_mbps": float(parts_[8])}
+                except ValueError:
+                    pass
+        if "records" in r and r["records"] < n:
+            r = {"error": f"consumed {r['records']} of {n} records; " + first_error(err + out)}
+        r["client_cpu_s"] = ccpu
+        res["consume/perftest/p16"] = r
+        log(b.name, rnd, "consume/perftest/p16", r)
+    if "latency" in wl:
+        create_topics([("lat", 1)])
+        sampler.reset()
+        rc, out, err, wall, ccpu = run_client([RDK, "latency", "-b", BOOT, "-t", "lat", "-r", str(CFG["lat_rate"]),
+                                               "-d", str(CFG["lat_secs"]), "-s", str(size), "-X", "acks=all",
+                                               "-X", "enable.idempotence=true", "-X", "linger.ms=0"])
+        j = last_json(out)
+        r = j if (j and rc == 0) else {"error": first_error(err) or f"exit {rc}", **(j or {})}
+        r["rss_peak_mib"] = sampler.max
+        res["latency"] = r
+        log(b.name, rnd, "latency", r)
+    sampler.close()
+    res["rss_hwm_mib"] = proc_status(b.pid, "VmHWM")
+    res["produced_gib"] = produced_bytes / 2**30
+    if "recovery" in wl:
+        du = subprocess.run(["du", "-sb", b.data], capture_output=True, text=True).stdout.split()
+        res["recovery_log_gib"] = int(du[0]) / 2**30 if du else None
+        b.kill9()
+        try:
+            res["recovery_s"] = b.start(fresh=False)
+            if "produce" in wl:
+                got = latest_offsets("p-rdk-a1-p16", 16)
+                res["recovery_check"] = "ok" if got == n else f"latest offsets sum {got} != {n}"
+            log(b.name, rnd, "recovery", res["recovery_s"], res.get("recovery_check"))
+        except Exception as e:  # noqa
+            res["recovery_error"] = str(e)[:400]
+            log(b.name, rnd, "recovery failed", e)
+    b.stop()
+
+
+def session_scale(b, rnd, res):
+    """Fresh broker: create N partitions (topics of scale_per_topic), then one record to each."""
+    total, per = CFG["scale_partitions"], CFG["scale_per_topic"]
+    ntop = max(1, total // per)
+    res["scale_start_s"] = b.start(fresh=True)
+    time.sleep(2)
+    rss0 = proc_status(b.pid, "VmRSS")
+    res["scale_rss_before_mib"] = rss0
+    try:
+        res["scale_create_s"] = admin_run(["create-many", "scale", str(ntop), str(per)])["secs"]
+        time.sleep(2)
+        rss1 = proc_status(b.pid, "VmRSS")
+        res["scale_rss_created_mib"] = rss1
+        res["scale_kib_per_idle_partition"] = (rss1 - rss0) * 1024 / (ntop * per)
+        rc, out, err, wall, ccpu = run_client([RDK, "touch", "-b", BOOT, "-t", "scale", "-T", str(ntop), "-P", str(per),
+                                               "-s", "100"], timeout=900)
+        j = last_json(out)
+        if rc == 0 and j:
+            res["scale_touch_s"] = j["secs"]
+        else:
+            res["scale_touch_error"] = (j or {}).get("first_error") or first_error(err) or f"exit {rc}"
+        time.sleep(2)
+        res["scale_rss_served_mib"] = proc_status(b.pid, "VmRSS")
+        res["scale_kib_per_served_partition"] = (res["scale_rss_served_mib"] - rss0) * 1024 / (ntop * per)
+    except Exception as e:  # noqa
+        res["scale_error"] = str(e)[:400]
+    res["scale_partitions"] = ntop * per
+    log(b.name, rnd, "scale", {k: v for k, v in res.items() if k.startswith("scale")})
+    b.stop()
+
+
+# ---------------------------------------------------------------- machine ceilings
+def cpu_busy(secs=2.0):
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]
+    t0, i0 = snap(); time.sleep(secs); t1, i1 = snap()
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
+
+def machine_facts():
+    m = {}
+    with open("/proc/cpuinfo") as f:
+        m["cpu_model"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
+    m["cpus"] = os.cpu_count()
+    m["kernel"] = os.uname().release
+    try:
+        m["os"] = open("/etc/debian_version").read().strip()
+    except OSError:
+        m["os"] = "?"
+    m["mem_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    m["java"] = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    m["sluice_version"] = subprocess.run([SLUICE, "version"], capture_output=True, text=True).stdout.strip()
+    m["sluice_commit"] = os.environ.get("BENCH_SLUICE_COMMIT", "?")
+    m["kafka_version"] = os.path.basename(os.path.dirname(KAFKA_LIBS))
+    m["librdkafka"] = subprocess.run(["pkg-config", "--modversion", "rdkafka"], capture_output=True, text=True).stdout.strip()
+    m["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    m["loadavg_start"] = open("/proc/loadavg").read().split()[0]
+    m["busy_before"] = round(cpu_busy(), 3)
+    return m
+
+
+def ceilings():
+    c = {}
+    f = os.path.join(WORK, "dd.bin")
+    for mode, extra in (("direct", ["oflag=direct"]), ("buffered_fdatasync", ["conv=fdatasync"])):
+        p = subprocess.run(["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={CFG['dd_mib']}"] + extra,
+                           capture_output=True, text=True)
+        m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", p.stderr)
+        c[f"dd_{mode}_mibps"] = int(m.group(1)) / float(m.group(2)) / 2**20 if m else None
+        os.unlink(f)
+    # fdatasync latency: 4 KiB append + fdatasync, 200 times
+    fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    lat = []
+    buf = os.urandom(4096)
+    for _ in range(200):
+        t0 = time.perf_counter(); os.write(fd, buf); os.fdatasync(fd); lat.append((time.perf_counter() - t0) * 1e3)
+    os.close(fd); os.unlink(f)
+    lat.sort()
+    c["fdatasync_p50_ms"], c["fdatasync_p99_ms"] = lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
+    # loopback TCP: iperf3 server on the broker CPUs, client on the client CPUs
+    if shutil.which("iperf3"):
+        port = str(free_port())
+        srv = subprocess.Popen(pin(CFG["broker_cpus"]) + ["iperf3", "-s", "-1", "-p", port],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        p = subprocess.run(pin(CFG["client_cpus"]) + ["iperf3", "-c", "127.0.0.1", "-p", port, "-t", "5", "-J"],
+                           capture_output=True, text=True)
+        srv.wait(10)
+        try:
+            c["tcp_loopback_mibps"] = json.loads(p.stdout)["end"]["sum_received"]["bits_per_second"] / 8 / 2**20
+            c["tcp_tool"] = "iperf3"
+        except (ValueError, KeyError):
+            c["tcp_loopback_mibps"] = None
+    return c
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    out = {"config": CFG, "machine": machine_facts(), "rounds": []}
+    log("config", CFG)
+    log("machine", out["machine"])
+    t0 = time.monotonic()
+    out["ceilings"] = ceilings()
+    log("ceilings", out["ceilings"])
+    brokers = {"sluice": Sluice(os.path.join(WORK, "sluice-data")), "kafka": Kafka(os.path.join(WORK, "kafka-data"))}
+    for rnd in range(1, CFG["rounds"] + 1):
+        for name in CFG["order"]:
+            b = brokers[name]
+            res = {"broker": name, "round": rnd}
+            t1 = time.monotonic()
+            try:
+                session_main(b, rnd, res, WORK)
+                if "scale" in CFG["workloads"]:
+                    session_scale(b, rnd, res)
+            except Exception as e:  # noqa
+                res["session_error"] = str(e)[:400]
+                log(name, rnd, "session failed:", e)
+                b.stop()
+            res["session_wall_s"] = time.monotonic() - t1
+            out["rounds"].append(res)
+            shutil.rmtree(b.data, ignore_errors=True)
+            with open(os.path.join(HERE, "results.json"), "w") as f:
+                json.dump(out, f, indent=1)
+    out["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[0]
+    out["machine"]["busy_after"] = round(cpu_busy(), 3)
+    out["wall_s"] = time.monotonic() - t0
+    with open(os.path.join(HERE, "results.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    log(f"done in {out['wall_s']:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
