@@ -193,7 +193,7 @@ impl Broker {
                     Some(d) => d.clone(),
                     None => {
                         tracing::warn!(topic = %name, partition = p, "partition directory missing; creating it empty");
-                        self.choose_log_dir().join(format!("{name}-{p}"))
+                        Self::place(&mut self.log_dir_loads()).join(format!("{name}-{p}"))
                     }
                 };
                 let part = self.open_partition(&topic_name, p, id, &dir, log_config.clone())?;
@@ -240,19 +240,32 @@ impl Broker {
         t.by_name.insert(topic.name.to_string(), topic);
     }
 
-    /// The log dir holding the fewest partitions (Kafka's placement rule).
-    fn choose_log_dir(&self) -> PathBuf {
-        let t = self.topics.read();
-        let mut counts: Vec<(usize, &PathBuf)> = self.config.log_dirs.iter().map(|d| (0, d)).collect();
-        for topic in t.by_name.values() {
-            for p in &topic.partitions {
-                let dir = p.log_dir();
-                if let Some(c) = counts.iter_mut().find(|(_, d)| dir.starts_with(d)) {
-                    c.0 += 1;
+    /// Partition counts per log dir, for placing new partitions (Kafka's rule: the dir holding
+    /// the fewest partitions). A single dir needs no counting.
+    fn log_dir_loads(&self) -> Vec<(usize, PathBuf)> {
+        let mut loads: Vec<(usize, PathBuf)> = self.config.log_dirs.iter().map(|d| (0, d.clone())).collect();
+        if loads.len() > 1 {
+            for topic in self.topics.read().by_name.values() {
+                for p in &topic.partitions {
+                    let dir = p.log_dir();
+                    if let Some(c) = loads.iter_mut().find(|(_, d)| dir.starts_with(d)) {
+                        c.0 += 1;
+                    }
                 }
             }
         }
-        counts.iter().min_by_key(|(c, _)| *c).map(|(_, d)| (*d).clone()).unwrap_or_else(|| self.config.log_dirs[0].clone())
+        loads
+    }
+
+    /// Picks the least loaded dir from `loads` and counts the new partition against it.
+    fn place(loads: &mut [(usize, PathBuf)]) -> PathBuf {
+        match loads.iter_mut().min_by_key(|(c, _)| *c) {
+            Some(slot) => {
+                slot.0 += 1;
+                slot.1.clone()
+            }
+            None => PathBuf::from("."),
+        }
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -328,8 +341,9 @@ impl Broker {
         let topic_name: Arc<str> = Arc::from(name);
         let log_config = topic_config::log_config(&topic_config::effective(&self.config.topic_defaults, &configs));
         let mut parts = Vec::new();
+        let mut loads = self.log_dir_loads();
         for p in 0..partitions {
-            let dir = self.choose_log_dir().join(format!("{name}-{p}"));
+            let dir = Self::place(&mut loads).join(format!("{name}-{p}"));
             let part = self
                 .open_partition(&topic_name, p, id, &dir, log_config.clone())
                 .map_err(|e| TopicError::Storage(format!("{e}: {}", error_chain(&e))))?;
@@ -375,8 +389,9 @@ impl Broker {
         }
         let log_config = topic_config::log_config(&self.topic_effective_configs(&topic));
         let mut parts = topic.partitions.clone();
+        let mut loads = self.log_dir_loads();
         for p in current..count {
-            let dir = self.choose_log_dir().join(format!("{name}-{p}"));
+            let dir = Self::place(&mut loads).join(format!("{name}-{p}"));
             let part = self
                 .open_partition(&topic.name, p, topic.id, &dir, log_config.clone())
                 .map_err(|e| TopicError::Storage(error_chain(&e)))?;
