@@ -1,9 +1,11 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and (read-only) for the
-//! broker.
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers.
 //!
 //! Topic overrides are validated with the same rules as at creation; a rejected change leaves the
-//! topic untouched. Dynamic broker configs are not supported yet: altering a broker resource gets
-//! INVALID_REQUEST with a message saying so.
+//! topic untouched. Dynamic broker configs cover the broker-level defaults of topic configs
+//! (`log.retention.ms`, `log.segment.bytes`, `log.cleanup.policy`, `message.max.bytes`, ...), per
+//! node (resource name = node id) or cluster-wide (empty name), with Kafka's precedence: node,
+//! cluster default, server.properties, Kafka's default. Other broker keys get INVALID_REQUEST
+//! ("Cannot update these configs dynamically"), as in Kafka.
 
 use std::collections::BTreeMap;
 
@@ -31,34 +33,62 @@ fn wanted(keys: &Option<Vec<kafka_protocol::protocol::StrBytes>>, name: &str) ->
     keys.as_ref().map(|k| k.iter().any(|k| k.as_str() == name)).unwrap_or(true)
 }
 
+/// Kafka's config sources for dynamic broker configs.
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
+
+/// Where a broker key's value can come from, highest precedence first: this node's dynamic
+/// config, the cluster-wide dynamic default, server.properties, Kafka's default.
+fn broker_layers(broker: &Broker, key: &str, kafka_default: Option<&str>) -> Vec<(String, i8)> {
+    let (cluster, node) = broker.dynamic_broker_configs();
+    let mut out = Vec::new();
+    if let Some(v) = node.get(key) {
+        out.push((v.clone(), SOURCE_DYNAMIC_BROKER));
+    }
+    if let Some(v) = cluster.get(key) {
+        out.push((v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER));
+    }
+    if let Some(v) = broker.config.raw.get(key) {
+        out.push((v.clone(), SOURCE_STATIC_BROKER));
+    }
+    if let Some(d) = kafka_default {
+        out.push((d.to_string(), SOURCE_DEFAULT));
+    }
+    out
+}
+
+fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default().with_name(str_bytes(name)).with_value(Some(str_bytes(value))).with_source(source)
+}
+
 fn describe_topic(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol::protocol::StrBytes>>, synonyms: bool) -> Result<Vec<DescribeConfigsResourceResult>, (ResponseError, String)> {
     let topic = broker
         .topic(name)
         .ok_or((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
+    let defaults = broker.topic_defaults();
     let mut out = Vec::new();
     for (key, def) in topic_config::TOPIC_CONFIGS {
         if !wanted(keys, key) {
             continue;
         }
-        let default_value = broker.config.topic_defaults.get(*key).cloned().unwrap_or_default();
-        let broker_set = def.broker_key.map(|bk| broker.config.raw.contains_key(bk)).unwrap_or(false);
-        let (value, source) = match topic.overrides.get(*key) {
-            Some(v) => (v.clone(), SOURCE_DYNAMIC_TOPIC),
-            None if broker_set => (default_value.clone(), SOURCE_STATIC_BROKER),
-            None => (default_value.clone(), SOURCE_DEFAULT),
-        };
-        let mut syn = Vec::new();
-        if synonyms {
-            if let Some(v) = topic.overrides.get(*key) {
-                syn.push(DescribeConfigsSynonym::default().with_name(str_bytes(key)).with_value(Some(str_bytes(v))).with_source(SOURCE_DYNAMIC_TOPIC));
-            }
-            if let Some(bk) = def.broker_key {
-                if broker_set {
-                    syn.push(DescribeConfigsSynonym::default().with_name(str_bytes(bk)).with_value(Some(str_bytes(&default_value))).with_source(SOURCE_STATIC_BROKER));
-                }
-                syn.push(DescribeConfigsSynonym::default().with_name(str_bytes(bk)).with_value(Some(str_bytes(def.default))).with_source(SOURCE_DEFAULT));
-            }
+        let mut layers: Vec<(String, String, i8)> = Vec::new();
+        if let Some(v) = topic.overrides.get(*key) {
+            layers.push((key.to_string(), v.clone(), SOURCE_DYNAMIC_TOPIC));
         }
+        if let Some(bk) = def.broker_key {
+            // The broker-level layers, reporting the effective default (hours/minutes folded in).
+            for (i, (v, source)) in broker_layers(broker, bk, None).into_iter().enumerate() {
+                let v = if i == 0 { defaults.get(*key).cloned().unwrap_or(v) } else { v };
+                layers.push((bk.to_string(), v, source));
+            }
+            layers.push((bk.to_string(), def.default.to_string(), SOURCE_DEFAULT));
+        }
+        let (value, source) = match layers.first() {
+            Some((_, v, SOURCE_DYNAMIC_TOPIC)) => (v.clone(), SOURCE_DYNAMIC_TOPIC),
+            Some((_, _, source)) => (defaults.get(*key).cloned().unwrap_or_default(), *source),
+            None => (defaults.get(*key).cloned().unwrap_or_else(|| def.default.to_string()), SOURCE_DEFAULT),
+        };
+        let syn = if synonyms { layers.iter().map(|(n, v, s)| synonym(n, v, *s)).collect() } else { Vec::new() };
         out.push(
             DescribeConfigsResourceResult::default()
                 .with_name(str_bytes(key))
@@ -71,23 +101,114 @@ fn describe_topic(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol:
     Ok(out)
 }
 
-fn describe_broker(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol::protocol::StrBytes>>) -> Result<Vec<DescribeConfigsResourceResult>, (ResponseError, String)> {
-    if !name.is_empty() && name.parse::<i32>().ok() != Some(broker.node_id) {
-        return Err((ResponseError::InvalidRequest, format!("Unexpected broker id, expected {} or empty string, but received {name}", broker.node_id)));
+/// Broker keys that can be changed at runtime: the broker-level defaults of topic configs
+/// (Kafka's `DynamicLogConfig` set).
+fn is_dynamic_broker_key(key: &str) -> bool {
+    topic_config::TOPIC_CONFIGS.iter().any(|(_, d)| d.broker_key == Some(key))
+}
+
+/// The resource name of a broker resource: "" is the cluster-wide default, our node id is this
+/// broker; anything else is refused.
+fn broker_entity(broker: &Broker, name: &str) -> Result<bool, (ResponseError, String)> {
+    if name.is_empty() {
+        return Ok(false);
     }
-    Ok(broker
-        .config
-        .broker_entries()
+    if name.parse::<i32>().ok() == Some(broker.node_id) {
+        return Ok(true);
+    }
+    Err((ResponseError::InvalidRequest, format!("Unexpected broker id, expected {} or empty string, but received {name}", broker.node_id)))
+}
+
+fn describe_broker(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol::protocol::StrBytes>>, synonyms: bool) -> Result<Vec<DescribeConfigsResourceResult>, (ResponseError, String)> {
+    let node = broker_entity(broker, name)?;
+    let (cluster, node_configs) = broker.dynamic_broker_configs();
+    let mut entries: std::collections::BTreeMap<String, Option<String>> = std::collections::BTreeMap::new();
+    for (k, v, _) in broker.config.broker_entries() {
+        entries.insert(k, Some(v));
+    }
+    for k in cluster.keys().chain(node_configs.keys()) {
+        entries.entry(k.clone()).or_insert(None);
+    }
+    Ok(entries
         .into_iter()
-        .filter(|(k, _, _)| wanted(keys, k))
-        .map(|(k, v, set)| {
+        .filter(|(k, _)| wanted(keys, k))
+        .map(|(k, static_or_default)| {
+            let kafka_default = topic_config::TOPIC_CONFIGS
+                .iter()
+                .find(|(_, d)| d.broker_key == Some(k.as_str()))
+                .map(|(_, d)| d.default.to_string())
+                .or(static_or_default);
+            let mut layers = broker_layers(broker, &k, kafka_default.as_deref());
+            if !node {
+                // The cluster-default entity shows only cluster-level layers.
+                layers.retain(|(_, s)| *s != SOURCE_DYNAMIC_BROKER);
+            }
+            let (value, source) = layers.first().cloned().unwrap_or((String::new(), SOURCE_DEFAULT));
+            let syn = if synonyms { layers.iter().map(|(v, s)| synonym(&k, v, *s)).collect() } else { Vec::new() };
             DescribeConfigsResourceResult::default()
                 .with_name(str_bytes(&k))
-                .with_value(Some(str_bytes(&v)))
-                .with_read_only(true)
-                .with_config_source(if set { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT })
+                .with_value(Some(str_bytes(&value)))
+                .with_read_only(!is_dynamic_broker_key(&k))
+                .with_config_source(source)
+                .with_synonyms(syn)
         })
         .collect())
+}
+
+/// Validates and stores new dynamic configs for a broker entity.
+fn apply_broker(broker: &Broker, name: &str, configs: std::collections::BTreeMap<String, String>, validate_only: bool) -> Result<(), (ResponseError, String)> {
+    let node = broker_entity(broker, name)?;
+    let refused: Vec<&String> = configs.keys().filter(|k| !is_dynamic_broker_key(k)).collect();
+    if !refused.is_empty() {
+        return Err((ResponseError::InvalidRequest, format!("Cannot update these configs dynamically: {refused:?}")));
+    }
+    for (k, v) in &configs {
+        let topic_key = crate::config::topic::broker_key_to_topic(k).unwrap_or(k);
+        topic_config::validate(topic_key, v).map_err(|e| {
+            (ResponseError::InvalidConfig, e.to_string().replace(&format!("configuration {topic_key}"), &format!("configuration {k}")))
+        })?;
+    }
+    if validate_only {
+        return Ok(());
+    }
+    broker.set_dynamic_broker_configs(node, configs).map_err(|e| (super::topics::topic_error_code(&e), e.to_string()))
+}
+
+/// Applies SET/DELETE/APPEND/SUBTRACT to a copy of `current`.
+fn apply_ops(
+    current: &std::collections::BTreeMap<String, String>,
+    ops: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+    default_of: impl Fn(&str) -> Option<String>,
+) -> Result<std::collections::BTreeMap<String, String>, (ResponseError, String)> {
+    let mut out = current.clone();
+    for c in ops {
+        let key = c.name.to_string();
+        let value = c.value.as_ref().map(|v| v.to_string());
+        match (c.config_operation, value) {
+            (OP_SET, Some(v)) => {
+                out.insert(key, v);
+            }
+            (OP_DELETE, _) => {
+                out.remove(&key);
+            }
+            (OP_APPEND | OP_SUBTRACT, Some(v)) => {
+                let current = out.get(&key).cloned().or_else(|| default_of(&key)).unwrap_or_default();
+                let mut items: Vec<String> = current.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+                for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    if c.config_operation == OP_APPEND {
+                        if !items.iter().any(|i| i == item) {
+                            items.push(item.to_string());
+                        }
+                    } else {
+                        items.retain(|i| i != item);
+                    }
+                }
+                out.insert(key, items.join(","));
+            }
+            (op, _) => return Err((ResponseError::InvalidRequest, format!("Invalid config operation {op} or missing value for {key}"))),
+        }
+    }
+    Ok(out)
 }
 
 pub async fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -99,7 +220,7 @@ pub async fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest)
             let name = r.resource_name.to_string();
             let outcome = match r.resource_type {
                 RESOURCE_TOPIC => describe_topic(broker, &name, &r.configuration_keys, req.include_synonyms),
-                RESOURCE_BROKER => describe_broker(broker, &name, &r.configuration_keys),
+                RESOURCE_BROKER => describe_broker(broker, &name, &r.configuration_keys, req.include_synonyms),
                 RESOURCE_BROKER_LOGGER => Ok(Vec::new()),
                 other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
             };
@@ -129,10 +250,6 @@ fn apply_topic(broker: &Broker, name: &str, overrides: BTreeMap<String, String>,
         .map_err(|e| (super::topics::topic_error_code(&e), e.to_string()))
 }
 
-fn broker_alter_refused() -> (ResponseError, String) {
-    (ResponseError::InvalidRequest, "sluice does not support dynamic broker configs yet; set them in server.properties".into())
-}
-
 pub async fn incremental_alter_configs(ctx: &RequestContext, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
     let broker = &ctx.broker;
     let responses = req
@@ -143,51 +260,22 @@ pub async fn incremental_alter_configs(ctx: &RequestContext, req: IncrementalAlt
             let outcome = match r.resource_type {
                 RESOURCE_TOPIC => match broker.topic(&name) {
                     None => Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist."))),
-                    Some(topic) => {
-                        let mut overrides = topic.overrides.clone();
-                        let mut result = Ok(());
-                        for c in &r.configs {
-                            let key = c.name.to_string();
-                            if topic_config::lookup(&key).is_none() {
-                                result = Err((ResponseError::InvalidConfig, format!("Unknown topic config name: {key}")));
-                                break;
-                            }
-                            let value = c.value.as_ref().map(|v| v.to_string());
-                            match (c.config_operation, value) {
-                                (OP_SET, Some(v)) => {
-                                    overrides.insert(key, v);
-                                }
-                                (OP_DELETE, _) => {
-                                    overrides.remove(&key);
-                                }
-                                (OP_APPEND | OP_SUBTRACT, Some(v)) => {
-                                    let current = overrides
-                                        .get(&key)
-                                        .cloned()
-                                        .or_else(|| broker.config.topic_defaults.get(&key).cloned())
-                                        .unwrap_or_default();
-                                    let mut items: Vec<String> = current.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
-                                    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                                        if c.config_operation == OP_APPEND {
-                                            if !items.iter().any(|i| i == item) {
-                                                items.push(item.to_string());
-                                            }
-                                        } else {
-                                            items.retain(|i| i != item);
-                                        }
-                                    }
-                                    overrides.insert(key, items.join(","));
-                                }
-                                (op, _) => {
-                                    result = Err((ResponseError::InvalidRequest, format!("Invalid config operation {op} or missing value for {key}")));
-                                    break;
-                                }
-                            }
+                    Some(topic) => match r.configs.iter().find(|c| topic_config::lookup(&c.name).is_none()) {
+                        Some(c) => Err((ResponseError::InvalidConfig, format!("Unknown topic config name: {}", c.name.as_str()))),
+                        None => {
+                            let defaults = broker.topic_defaults();
+                            apply_ops(&topic.overrides, &r.configs, |k| defaults.get(k).cloned())
+                                .and_then(|overrides| apply_topic(broker, &name, overrides, req.validate_only))
                         }
-                        result.and_then(|_| apply_topic(broker, &name, overrides, req.validate_only))
-                    }
+                    },
                 },
-                RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => Err(broker_alter_refused()),
+                RESOURCE_BROKER => broker_entity(broker, &name).and_then(|node| {
+                    let (cluster, node_configs) = broker.dynamic_broker_configs();
+                    let current = if node { node_configs } else { cluster };
+                    apply_ops(&current, &r.configs, |k| broker.config.broker_value(k))
+                        .and_then(|configs| apply_broker(broker, &name, configs, req.validate_only))
+                }),
+                RESOURCE_BROKER_LOGGER => Err((ResponseError::InvalidRequest, "broker loggers are set with log.level".into())),
                 other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
             };
             let resp = AlterConfigsResourceResponse::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);
@@ -217,7 +305,14 @@ pub async fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> Al
                         .collect();
                     apply_topic(broker, &name, overrides, req.validate_only)
                 }
-                RESOURCE_BROKER => Err(broker_alter_refused()),
+                RESOURCE_BROKER => {
+                    let configs = r
+                        .configs
+                        .iter()
+                        .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
+                        .collect();
+                    apply_broker(broker, &name, configs, req.validate_only)
+                }
                 other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
             };
             let resp = LegacyAlterResult::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);

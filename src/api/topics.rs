@@ -88,7 +88,7 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                     result.topic_id = id;
                 }
                 // v5+ echoes the topic's configs; older versions have no such field.
-                let effective = crate::config::topic::effective(&broker.config.topic_defaults, &configs);
+                let effective = crate::config::topic::effective(&broker.topic_defaults(), &configs);
                 result.configs = (ctx.api_version >= 5).then(|| {
                     effective
                         .iter()

@@ -97,6 +97,11 @@ pub struct Broker {
     io: Arc<dyn IoBackend>,
     topics: RwLock<Topics>,
     topic_configs: Mutex<TopicConfigStore>,
+    /// Dynamic broker configs (cluster default and this node), persisted.
+    broker_configs: Mutex<TopicConfigStore>,
+    /// Topic config defaults: static broker keys overlaid with the dynamic ones; recomputed
+    /// whenever a dynamic broker config changes.
+    topic_defaults: RwLock<BTreeMap<String, String>>,
     producer_ids: Mutex<ProducerIdAllocator>,
     /// Set once listeners are bound (port 0 resolves to the real port).
     advertised: RwLock<Vec<Endpoint>>,
@@ -110,6 +115,9 @@ pub struct Broker {
     /// Traffic counters, connection count and the group view behind `/metrics`.
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
 }
+
+/// Entity name of the cluster-wide dynamic broker default in `sluice-broker-configs`.
+const DYNAMIC_DEFAULT_ENTITY: &str = "<default>";
 
 /// Kafka's per-log-dir checkpoint file names.
 const LOG_START_CHECKPOINT: &str = "log-start-offset-checkpoint";
@@ -130,6 +138,7 @@ impl Broker {
         tracing::info!(backend = io.name(), "log I/O backend");
         let first = config.log_dirs[0].clone();
         let topic_configs = TopicConfigStore::open(&first)?;
+        let broker_configs = TopicConfigStore::open_broker(&first)?;
         let producer_ids = ProducerIdAllocator::open(&first)?;
         let group_config = crate::group::GroupConfig::from_raw(&config.raw).map_err(crate::group::GroupError::from)?;
         let broker = Broker {
@@ -138,6 +147,8 @@ impl Broker {
             io,
             topics: RwLock::new(Topics::default()),
             topic_configs: Mutex::new(topic_configs),
+            topic_defaults: RwLock::new(config.topic_defaults.clone()),
+            broker_configs: Mutex::new(broker_configs),
             producer_ids: Mutex::new(producer_ids),
             advertised: RwLock::new(Vec::new()),
             groups: Arc::new(crate::group::Groups::new(group_config)),
@@ -147,6 +158,7 @@ impl Broker {
             config,
         };
         broker.read_start_offsets();
+        broker.recompute_topic_defaults();
         broker.load_topics()?;
         broker.groups.load(&broker)?;
         broker.metrics.set_groups_view(broker.groups.clone());
@@ -176,7 +188,7 @@ impl Broker {
         let mut count = 0usize;
         for (name, parts) in found {
             let overrides = self.topic_configs.lock().get(&name);
-            let log_config = topic_config::log_config(&topic_config::effective(&self.config.topic_defaults, &overrides));
+            let log_config = topic_config::log_config(&topic_config::effective(&self.topic_defaults.read(), &overrides));
             let max = *parts.keys().max().unwrap_or(&0);
             let mut id: Option<Uuid> = None;
             for dir in parts.values() {
@@ -284,9 +296,47 @@ impl Broker {
         self.topics.read().by_name.values().cloned().collect()
     }
 
+    /// Topic config defaults in force: static broker config overlaid with dynamic broker configs.
+    pub fn topic_defaults(&self) -> BTreeMap<String, String> {
+        self.topic_defaults.read().clone()
+    }
+
+    /// Dynamic broker configs: (cluster-wide default, this node's).
+    pub fn dynamic_broker_configs(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let store = self.broker_configs.lock();
+        (store.get(DYNAMIC_DEFAULT_ENTITY), store.get(&self.node_id.to_string()))
+    }
+
+    /// Replaces the dynamic broker configs of `entity` (None: the cluster default, Some: this
+    /// node), already validated, then applies the new topic defaults to every partition.
+    pub fn set_dynamic_broker_configs(&self, node: bool, configs: BTreeMap<String, String>) -> Result<(), TopicError> {
+        let entity = if node { self.node_id.to_string() } else { DYNAMIC_DEFAULT_ENTITY.to_string() };
+        self.broker_configs.lock().set(&entity, configs).map_err(|e| TopicError::Storage(e.to_string()))?;
+        self.recompute_topic_defaults();
+        for topic in self.all_topics() {
+            let log_config = topic_config::log_config(&self.topic_effective_configs(&topic));
+            for p in &topic.partitions {
+                p.update_config(log_config.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn recompute_topic_defaults(&self) {
+        let (cluster, node) = self.dynamic_broker_configs();
+        let mut raw = self.config.raw.clone();
+        raw.extend(cluster);
+        raw.extend(node);
+        match topic_config::defaults_from_broker(&raw) {
+            Ok(d) => *self.topic_defaults.write() = d,
+            // Values were validated before they were stored; a hand-edited file is reported.
+            Err(e) => tracing::error!(error = %e, "ignoring invalid dynamic broker configs"),
+        }
+    }
+
     /// Effective configs of a topic (defaults overlaid with overrides).
     pub fn topic_effective_configs(&self, topic: &Topic) -> BTreeMap<String, String> {
-        topic_config::effective(&self.config.topic_defaults, &topic.overrides)
+        topic_config::effective(&self.topic_defaults.read(), &topic.overrides)
     }
 
     /// Validates a create request without side effects; returns (partitions, replication factor).
@@ -339,7 +389,7 @@ impl Broker {
         drop(store);
         let id = metadata::new_topic_id();
         let topic_name: Arc<str> = Arc::from(name);
-        let log_config = topic_config::log_config(&topic_config::effective(&self.config.topic_defaults, &configs));
+        let log_config = topic_config::log_config(&topic_config::effective(&self.topic_defaults.read(), &configs));
         let mut parts = Vec::new();
         let mut loads = self.log_dir_loads();
         for p in 0..partitions {
@@ -413,7 +463,7 @@ impl Broker {
         let topic = self.topic(name).ok_or(TopicError::UnknownTopic)?;
         store.set(name, overrides.clone()).map_err(|e| TopicError::Storage(e.to_string()))?;
         drop(store);
-        let log_config = topic_config::log_config(&topic_config::effective(&self.config.topic_defaults, &overrides));
+        let log_config = topic_config::log_config(&topic_config::effective(&self.topic_defaults.read(), &overrides));
         for p in &topic.partitions {
             p.update_config(log_config.clone());
         }

@@ -308,6 +308,10 @@ impl BrokerConfig {
                 out.insert(bk.to_string(), (v, false));
             }
         }
+        // Kafka's coarser synonyms of log.retention.ms / log.roll.ms, listed as Kafka lists them.
+        for (k, d) in [("log.retention.hours", "168"), ("log.roll.hours", "168"), ("log.roll.jitter.hours", "0")] {
+            out.insert(k.to_string(), (d.to_string(), false));
+        }
         for (k, v) in &self.raw {
             out.insert(k.clone(), (v.clone(), true));
         }

@@ -130,7 +130,8 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Topic config overrides, persisted in one file.
+/// Config overrides per entity (a topic, or a broker for dynamic broker configs), persisted in
+/// one file of `entity<TAB>key=value` lines.
 #[derive(Debug)]
 pub struct TopicConfigStore {
     path: PathBuf,
@@ -138,8 +139,18 @@ pub struct TopicConfigStore {
 }
 
 impl TopicConfigStore {
+    /// Topic overrides: `<first log dir>/sluice-topic-configs`.
     pub fn open(first_log_dir: &Path) -> Result<TopicConfigStore, MetadataError> {
-        let path = first_log_dir.join("sluice-topic-configs");
+        Self::open_file(first_log_dir.join("sluice-topic-configs"))
+    }
+
+    /// Dynamic broker configs: `<first log dir>/sluice-broker-configs`, entity `<default>` for
+    /// the cluster-wide default and the node id for this broker.
+    pub fn open_broker(first_log_dir: &Path) -> Result<TopicConfigStore, MetadataError> {
+        Self::open_file(first_log_dir.join("sluice-broker-configs"))
+    }
+
+    fn open_file(path: PathBuf) -> Result<TopicConfigStore, MetadataError> {
         let mut overrides: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         match std::fs::read_to_string(&path) {
             Ok(text) => {
