@@ -52,7 +52,10 @@ pub enum Dispatch {
 
 /// Encodes `size | response header | body` for `version`.
 pub fn frame_response<R: Encodable + HeaderVersion>(correlation_id: i32, version: i16, body: &R) -> Result<BytesMut, String> {
-    let mut buf = BytesMut::with_capacity(64);
+    // Sized up front: a fetch response carries up to max_bytes of records, and growing the
+    // buffer while encoding would copy them several times over.
+    let body_size = body.compute_size(version).map_err(|e| e.to_string())?;
+    let mut buf = BytesMut::with_capacity(4 + 16 + body_size);
     buf.put_i32(0);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     header.encode(&mut buf, R::header_version(version)).map_err(|e| e.to_string())?;
