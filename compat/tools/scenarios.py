@@ -152,9 +152,15 @@ def s_consumer_groups():
     d = tool("kafka-consumer-groups", "--bootstrap-server", BS, "--describe", "--group", g)
     row = [l.split() for l in d.splitlines() if t in l]
     check(row and row[0][3] == "3" and row[0][5] == "7", "after --reset-offsets --to-offset 3: %r" % d)
+    for how, want_offset, want_lag in [(["--to-earliest"], "0", "10"), (["--to-latest"], "10", "0"),
+                                       (["--to-datetime", "2000-01-01T00:00:00.000"], "0", "10")]:
+        tool("kafka-consumer-groups", "--bootstrap-server", BS, "--reset-offsets", "--group", g, "--topic", t, *how, "--execute")
+        d = tool("kafka-consumer-groups", "--bootstrap-server", BS, "--describe", "--group", g)
+        row = [l.split() for l in d.splitlines() if t in l]
+        check(row and row[0][3] == want_offset and row[0][5] == want_lag, "after --reset-offsets %s: %r" % (" ".join(how), d))
     tool("kafka-consumer-groups", "--bootstrap-server", BS, "--delete", "--group", g)
     check(g not in tool("kafka-consumer-groups", "--bootstrap-server", BS, "--list").split(), "group listed after --delete")
-    return "list describe(offset 10, lag 0) reset-offsets(--to-offset 3) delete"
+    return "list describe(offset 10, lag 0) reset-offsets(--to-offset 3, --to-earliest, --to-latest, --to-datetime) delete"
 
 
 def s_configs():
