@@ -3,7 +3,7 @@ CARGO ?= cargo
 SLUICE_BIN ?= target/release/sluice
 export SLUICE_BIN
 
-.PHONY: all build release run test test-rust test-clients test-metrics fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
+.PHONY: all build release run test test-rust test-clients test-protocol test-metrics fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
 
 all: release
 
@@ -18,15 +18,19 @@ run: release
 	$(SLUICE_BIN) serve $(if $(CONFIG),--config $(CONFIG))
 
 ## The whole test suite: Rust unit + integration tests, the real-client suite (librdkafka via
-## confluent-kafka, Kafka's own tools from the Maven jars), then the metrics check with a real
-## Prometheus (promtool rule tests + every dashboard and alert expression evaluated under load).
-test: test-rust test-clients test-metrics
+## confluent-kafka, Kafka's own tools from the Maven jars), golden client conversations replayed
+## against Apache Kafka and sluice side by side, then the metrics check with a real Prometheus
+## (promtool rule tests + every dashboard and alert expression evaluated under load).
+test: test-rust test-clients test-protocol test-metrics
 
 test-rust:
 	$(CARGO) test --all-targets
 
 test-clients: release
 	tests/clients/run.sh
+
+test-protocol: release test-clients
+	protocol-tests/run.sh
 
 test-metrics: release test-clients
 	grafana/test/prometheus_e2e.sh

@@ -226,7 +226,13 @@ pub async fn describe_configs(ctx: &RequestContext, req: DescribeConfigsRequest)
             };
             let result = DescribeConfigsResult::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);
             match outcome {
-                Ok(configs) => result.with_configs(configs),
+                // Kafka sends null documentation unless asked for it.
+                Ok(configs) => result.with_configs(
+                    configs
+                        .into_iter()
+                        .map(|c| if req.include_documentation { c } else { c.with_documentation(None) })
+                        .collect(),
+                ),
                 Err((code, msg)) => result.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
             }
         })

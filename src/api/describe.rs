@@ -1,5 +1,5 @@
 //! Read-only cluster descriptions: DescribeCluster, DescribeTopicPartitions, DescribeLogDirs,
-//! and SaslHandshake (no SASL mechanism is enabled on any listener yet).
+//! ListPartitionReassignments, and SaslHandshake (no SASL mechanism is enabled on any listener yet).
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::*;
@@ -147,6 +147,14 @@ pub async fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest
         );
     }
     DescribeLogDirsResponse::default().with_results(results)
+}
+
+/// A single node never moves replicas: no reassignment is ever in progress.
+pub async fn list_partition_reassignments(
+    _ctx: &RequestContext,
+    _req: ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
+    ListPartitionReassignmentsResponse::default().with_error_message(None)
 }
 
 /// No listener has SASL enabled: Kafka answers a handshake on such a listener with

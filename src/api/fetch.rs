@@ -78,12 +78,8 @@ fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
             high_watermark: hw,
             log_start_offset: p.log_start_offset(),
         },
-        Err(LogError::OffsetOutOfRange { .. }) => Outcome {
-            error: ResponseError::OffsetOutOfRange,
-            records: None,
-            high_watermark: hw,
-            log_start_offset: p.log_start_offset(),
-        },
+        // Kafka reports -1 offsets alongside OFFSET_OUT_OF_RANGE.
+        Err(LogError::OffsetOutOfRange { .. }) => Outcome::error(ResponseError::OffsetOutOfRange),
         Err(e) => {
             tracing::error!(partition = ?p, offset = w.fetch_offset, error = %error_chain(&e), "fetch read failed");
             Outcome::error(ResponseError::KafkaStorageError)
@@ -212,6 +208,9 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let min_bytes = req.min_bytes.max(0) as usize;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
 
+    // Kafka sends null aborted transactions for read_uncommitted and a list for read_committed
+    // (empty: sluice has no transactions yet).
+    let aborted = (req.isolation_level == 1).then(Vec::new);
     let (mut outcomes, mut total) = read_all(&wanted, max_bytes);
     let any_error = outcomes.iter().any(|o| code(o.error) != 0);
     while total < min_bytes && !any_error && !wanted.is_empty() && tokio::time::Instant::now() < deadline {
@@ -257,6 +256,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             .with_last_stable_offset(o.high_watermark)
             .with_log_start_offset(o.log_start_offset)
             .with_preferred_read_replica(BrokerId(-1))
+            .with_aborted_transactions(aborted.clone())
             .with_records(Some(o.records.unwrap_or_default()));
         let same_topic = responses.last().map(|r| r.topic.0.as_str() == w.key.0 && (!uses_ids || r.topic_id == w.topic_id));
         if same_topic == Some(true) {
@@ -283,6 +283,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
                     .with_last_stable_offset(-1)
                     .with_log_start_offset(-1)
                     .with_preferred_read_replica(BrokerId(-1))
+                    .with_aborted_transactions(aborted.clone())
                     .with_records(Some(Bytes::new())),
             ]),
         );

@@ -126,6 +126,20 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
         DescribeTopicPartitions => DescribeTopicPartitionsRequest,
         DescribeLogDirs => DescribeLogDirsRequest,
         SaslHandshake => SaslHandshakeRequest,
+        ListPartitionReassignments => ListPartitionReassignmentsRequest,
+        FindCoordinator => FindCoordinatorRequest,
+        JoinGroup => JoinGroupRequest,
+        SyncGroup => SyncGroupRequest,
+        Heartbeat => HeartbeatRequest,
+        LeaveGroup => LeaveGroupRequest,
+        OffsetCommit => OffsetCommitRequest,
+        OffsetFetch => OffsetFetchRequest,
+        OffsetDelete => OffsetDeleteRequest,
+        ListGroups => ListGroupsRequest,
+        DescribeGroups => DescribeGroupsRequest,
+        DeleteGroups => DeleteGroupsRequest,
+        ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
+        ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
     )
 }
 
@@ -167,6 +181,9 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         }
         ApiKey::DescribeLogDirs => handle_with!(ctx, body, DescribeLogDirsRequest, describe::describe_log_dirs),
         ApiKey::SaslHandshake => handle_with!(ctx, body, SaslHandshakeRequest, describe::sasl_handshake),
+        ApiKey::ListPartitionReassignments => {
+            handle_with!(ctx, body, ListPartitionReassignmentsRequest, describe::list_partition_reassignments)
+        }
         ApiKey::FindCoordinator => handle_with!(ctx, body, FindCoordinatorRequest, group::find_coordinator),
         ApiKey::JoinGroup => handle_with!(ctx, body, JoinGroupRequest, group::membership::join_group),
         ApiKey::SyncGroup => handle_with!(ctx, body, SyncGroupRequest, group::membership::sync_group),

@@ -48,6 +48,7 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::CreatePartitions, 0, 3),
     s(ApiKey::DeleteGroups, 0, 2),
     s(ApiKey::IncrementalAlterConfigs, 0, 1),
+    s(ApiKey::ListPartitionReassignments, 0, 0),
     s(ApiKey::OffsetDelete, 0, 0),
     s(ApiKey::DescribeCluster, 0, 1),
     s(ApiKey::ConsumerGroupHeartbeat, 0, 1),

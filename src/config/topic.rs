@@ -68,6 +68,7 @@ pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ),
     ("compression.zstd.level", def!(Some("compression.zstd.level"), "3", Kind::Int { min: -131072 }, INT)),
     ("delete.retention.ms", def!(Some("log.cleaner.delete.retention.ms"), "86400000", Kind::Long { min: 0 }, LONG)),
+    ("errors.deadletterqueue.group.enable", def!(None, "false", Kind::Bool, BOOLEAN)),
     ("file.delete.delay.ms", def!(Some("log.segment.delete.delay.ms"), "60000", Kind::Long { min: 0 }, LONG)),
     ("flush.messages", def!(Some("log.flush.interval.messages"), LONG_MAX, Kind::Long { min: 1 }, LONG)),
     ("flush.ms", def!(Some("log.flush.interval.ms"), LONG_MAX, Kind::Long { min: 0 }, LONG)),
@@ -80,6 +81,7 @@ pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
         "max.compaction.lag.ms",
         def!(Some("log.cleaner.max.compaction.lag.ms"), LONG_MAX, Kind::Long { min: 1 }, LONG),
     ),
+    ("max.decompressed.message.bytes", def!(None, "2147483639", Kind::Int { min: 0 }, INT)),
     ("max.message.bytes", def!(Some("message.max.bytes"), "1048588", Kind::Int { min: 0 }, INT)),
     (
         "message.timestamp.after.max.ms",
@@ -100,6 +102,11 @@ pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ("min.compaction.lag.ms", def!(Some("log.cleaner.min.compaction.lag.ms"), "0", Kind::Long { min: 0 }, LONG)),
     ("min.insync.replicas", def!(Some("min.insync.replicas"), "1", Kind::Int { min: 1 }, INT)),
     ("preallocate", def!(Some("log.preallocate"), "false", Kind::Bool, BOOLEAN)),
+    // Tiered storage knobs Kafka 4.4 lists; accepted and reported, sluice has no remote tier yet.
+    ("remote.copy.lag.bytes", def!(None, "-1", Kind::Long { min: -1 }, LONG)),
+    ("remote.copy.lag.ms", def!(None, "0", Kind::Long { min: 0 }, LONG)),
+    ("remote.log.copy.disable", def!(None, "false", Kind::Bool, BOOLEAN)),
+    ("remote.log.delete.on.disable", def!(None, "false", Kind::Bool, BOOLEAN)),
     ("remote.storage.enable", def!(None, "false", Kind::Bool, BOOLEAN)),
     ("retention.bytes", def!(Some("log.retention.bytes"), "-1", Kind::Long { min: i64::MIN }, LONG)),
     ("retention.ms", def!(Some("log.retention.ms"), "604800000", Kind::Long { min: -1 }, LONG)),
