@@ -197,9 +197,13 @@ class Sluice(Broker):
     name = "sluice"
 
     def cmd(self):
+        # The group settings match the Kafka config below, so the consumer-group runs compare
+        # like with like (Kafka's built-in default initial rebalance delay is 3 s on both).
         return [SLUICE, "serve", "--override", f"log.dirs={self.data}",
                 "--override", f"listeners=PLAINTEXT://{BOOT}",
-                "--override", "metrics.listener=none"]
+                "--override", "metrics.listener=none",
+                "--override", "group.initial.rebalance.delay.ms=0",
+                "--override", "offsets.topic.num.partitions=5"]
 
 
 class Kafka(Broker):
