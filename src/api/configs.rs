@@ -301,24 +301,15 @@ pub async fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> Al
         .into_iter()
         .map(|r| {
             let name = r.resource_name.to_string();
+            // Legacy AlterConfigs replaces the whole set of overrides with the values given.
+            let values: BTreeMap<String, String> = r
+                .configs
+                .iter()
+                .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
+                .collect();
             let outcome = match r.resource_type {
-                // Legacy AlterConfigs replaces the whole set of overrides.
-                RESOURCE_TOPIC => {
-                    let overrides: BTreeMap<String, String> = r
-                        .configs
-                        .iter()
-                        .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
-                        .collect();
-                    apply_topic(broker, &name, overrides, req.validate_only)
-                }
-                RESOURCE_BROKER => {
-                    let configs = r
-                        .configs
-                        .iter()
-                        .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
-                        .collect();
-                    apply_broker(broker, &name, configs, req.validate_only)
-                }
+                RESOURCE_TOPIC => apply_topic(broker, &name, values, req.validate_only),
+                RESOURCE_BROKER => apply_broker(broker, &name, values, req.validate_only),
                 other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
             };
             let resp = LegacyAlterResult::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);
