@@ -88,7 +88,17 @@ fn scrape_reports_what_was_produced_and_fetched() {
     let resp = c.call(&fetch, 12);
     let fetched = resp.responses[0].partitions[0].records.as_ref().unwrap().len();
 
-    let (head, text) = http_get(&r.metrics, "/metrics");
+    // A request is counted once its response has been sent, a moment after the client has
+    // read it: scrape until the fetch shows up (bounded).
+    let mut scrape = http_get(&r.metrics, "/metrics");
+    for _ in 0..100 {
+        if value(&scrape.1, r#"sluice_requests_total{api="Fetch",version="12"}"#).is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        scrape = http_get(&r.metrics, "/metrics");
+    }
+    let (head, text) = scrape;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
     let v = |s: &str| value(&text, s).unwrap_or_else(|| panic!("{s} missing from\n{text}"));
