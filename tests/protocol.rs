@@ -330,3 +330,142 @@ fn claimed_frame_sizes_do_not_reserve_memory_before_the_bytes_arrive() {
     let grown_mib = after.saturating_sub(before) / 1024;
     assert!(grown_mib < 200, "announcing 2 GB of requests grew the broker's data segment by {grown_mib} MiB");
 }
+
+/// One batch of 10 records of about 2 KB each (~20 KB), values naming their batch and index.
+fn big_batch(batch: usize) -> Bytes {
+    let recs: Vec<common::Rec> = (0..10)
+        .map(|i| common::Rec {
+            key: None,
+            value: format!("b{batch}-r{i}-{}", "x".repeat(2000)),
+            timestamp: 1_700_000_000_000 + batch as i64,
+        })
+        .collect();
+    common::encode_batch(&recs, None)
+}
+
+fn fetch_partitions(
+    c: &mut common::Client,
+    topic: &str,
+    parts: &[(i32, i64, i32)],
+    max_bytes: i32,
+    version: i16,
+) -> FetchResponse {
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(max_bytes)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(
+                parts
+                    .iter()
+                    .map(|&(p, offset, max)| {
+                        fetch_request::FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(max)
+                    })
+                    .collect(),
+            )]);
+    c.call(&req, version)
+}
+
+/// (offset, value prefix) of every record in `records`; panics on a partial batch.
+fn decoded(records: &Option<Bytes>) -> Vec<(i64, String)> {
+    let mut buf = records.clone().unwrap_or_default();
+    kafka_protocol::records::RecordBatchDecoder::decode_all(&mut buf)
+        .expect("whole batches")
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|r| {
+            let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            (r.offset, v.split('-').take(2).collect::<Vec<_>>().join("-"))
+        })
+        .collect()
+}
+
+#[test]
+fn large_fetches_return_whole_batches_in_order_within_the_limits() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "big", 2);
+    for batch in 0..30 {
+        assert_eq!(produce(&mut c, "big", 0, big_batch(batch), 1).error_code, 0);
+    }
+    assert_eq!(
+        produce(&mut c, "big", 1, records(3, -1, 0), 1).error_code,
+        0
+    );
+    let expected: Vec<(i64, String)> = (0..30)
+        .flat_map(|b| (0..10).map(move |i| ((b * 10 + i) as i64, format!("b{b}-r{i}"))))
+        .collect();
+    let sizes: Vec<usize> = (0..30).map(|b| big_batch(b).len()).collect();
+    // Batches whose end is within 100,000 bytes.
+    let fitting = sizes
+        .iter()
+        .scan(0, |end, s| {
+            *end += s;
+            Some(*end)
+        })
+        .filter(|&end| end <= 100_000)
+        .count();
+
+    for version in [4, 11, 12] {
+        // ~600 KB from partition 0 (sent from the segment file) and a small batch from 1.
+        let resp = fetch_partitions(
+            &mut c,
+            "big",
+            &[(0, 0, 1 << 20), (1, 0, 1 << 20)],
+            50 << 20,
+            version,
+        );
+        let ps = &resp.responses[0].partitions;
+        assert_eq!(
+            (ps[0].error_code, ps[0].high_watermark),
+            (0, 300),
+            "v{version}"
+        );
+        assert_eq!(decoded(&ps[0].records), expected, "v{version}");
+        assert_eq!(
+            ps[0].records.as_ref().unwrap().len(),
+            sizes.iter().sum::<usize>(),
+            "v{version}"
+        );
+        assert_eq!(
+            decoded(&ps[1].records)
+                .iter()
+                .map(|r| r.0)
+                .collect::<Vec<_>>(),
+            [0, 1, 2],
+            "v{version}"
+        );
+
+        // A partition limit cuts at the last whole batch that fits.
+        let resp = fetch_partitions(&mut c, "big", &[(0, 0, 100_000)], 50 << 20, version);
+        let got = decoded(&resp.responses[0].partitions[0].records);
+        assert_eq!(got, expected[..fitting * 10], "v{version}");
+
+        // From an offset inside a batch: the whole batch holding it, then the rest in order.
+        let resp = fetch_partitions(&mut c, "big", &[(0, 155, 1 << 20)], 50 << 20, version);
+        assert_eq!(
+            decoded(&resp.responses[0].partitions[0].records),
+            expected[150..],
+            "v{version}"
+        );
+
+        // A limit below one batch still returns the first batch whole (KIP-74), nothing more.
+        let resp = fetch_partitions(&mut c, "big", &[(0, 40, 100)], 100, version);
+        assert_eq!(
+            decoded(&resp.responses[0].partitions[0].records),
+            expected[40..50],
+            "v{version}"
+        );
+    }
+
+    // The connection stays in step after large responses: a later request gets its own answer.
+    let resp = fetch_partitions(&mut c, "big", &[(1, 3, 1 << 20)], 1 << 20, 12);
+    assert_eq!(resp.responses[0].partitions[0].high_watermark, 3);
+    assert_eq!(decoded(&resp.responses[0].partitions[0].records), []);
+}

@@ -12,17 +12,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::*;
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use super::fetch_frame::{FetchReply, PartitionReply, TopicReply};
 use super::fetch_session::{PartitionKey, SessionPartition, SessionPlan};
-use super::{topic_name, RequestContext};
+use super::RequestContext;
 use crate::broker::error_chain;
-use crate::log::LogError;
-use crate::protocol::record_batch::BatchIter;
+use crate::log::{LogError, SliceRead};
 use crate::replication::Partition;
 
 /// Longest wait honoured, whatever the client asks (Kafka bounds it by the request timeout).
@@ -42,7 +40,7 @@ struct Wanted {
 
 struct Outcome {
     error: ResponseError,
-    records: Option<Bytes>,
+    records: Option<SliceRead>,
     high_watermark: i64,
     log_start_offset: i64,
 }
@@ -69,12 +67,12 @@ fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
     let result = if w.fetch_offset == hw && w.fetch_offset >= p.log_start_offset() {
         Ok(None)
     } else {
-        p.read(w.fetch_offset, max, first).map(|r| Some(r.records))
+        p.read_slice(w.fetch_offset, max, first)
     };
     match result {
         Ok(records) => Outcome {
             error: ResponseError::Unknown(0),
-            records: records.filter(|r| !r.is_empty()),
+            records: records.filter(|r| !r.slice.is_empty()),
             high_watermark: hw,
             log_start_offset: p.log_start_offset(),
         },
@@ -109,7 +107,7 @@ fn read_all(wanted: &[Wanted], max_bytes: usize) -> (Vec<Outcome>, usize) {
             read_one(w, budget, !have_data)
         };
         if let Some(r) = &o.records {
-            total += r.len();
+            total += r.slice.len();
             have_data = true;
         }
         outcomes.push(o);
@@ -124,7 +122,8 @@ fn code(e: ResponseError) -> i16 {
     }
 }
 
-pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
+/// Answers a Fetch; records stay in the segment files (see [`super::fetch_frame`]).
+pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     let broker = &ctx.broker;
     let uses_ids = ctx.api_version >= 13;
 
@@ -177,7 +176,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     let (session_id, incremental, targets) = match plan {
         SessionPlan::Error(e) => {
             crate::metrics::response_error(kafka_protocol::messages::ApiKey::Fetch, e.code());
-            return FetchResponse::default().with_error_code(e.code());
+            return FetchReply::error(e.code());
         }
         SessionPlan::Full { session_id } => (session_id, false, requested),
         SessionPlan::Incremental { session_id, partitions } => (session_id, true, partitions),
@@ -231,13 +230,14 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
     }
 
     // Build the response, grouping consecutive partitions of a topic.
-    let mut responses: Vec<FetchableTopicResponse> = Vec::new();
+    let mut responses: Vec<TopicReply> = Vec::new();
     crate::metrics::fetch_response(total);
     for (w, o) in wanted.iter().zip(outcomes) {
         crate::metrics::response_error(kafka_protocol::messages::ApiKey::Fetch, code(o.error));
         if let (Some(r), Ok(p)) = (&o.records, &w.partition) {
-            let records: u64 = BatchIter::new(r).flatten().map(|(h, _)| h.last_offset_delta as u64 + 1).sum();
-            broker.metrics.record_fetch(&p.topic, p.index, records, r.len());
+            // Offsets covered, which is the record count unless compaction removed some.
+            let records = (r.next_offset - r.first_offset).max(0) as u64;
+            broker.metrics.record_fetch(&p.topic, p.index, records, r.slice.len());
         }
         if let Some((last_hw, last_start)) = w.last_sent {
             let news = o.records.is_some()
@@ -249,44 +249,41 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchResponse {
             }
         }
         ctx.fetch_sessions.record_sent(session_id, &w.key, o.high_watermark, o.log_start_offset);
-        let data = PartitionData::default()
-            .with_partition_index(w.key.1)
-            .with_error_code(code(o.error))
-            .with_high_watermark(o.high_watermark)
-            .with_last_stable_offset(o.high_watermark)
-            .with_log_start_offset(o.log_start_offset)
-            .with_preferred_read_replica(BrokerId(-1))
-            .with_aborted_transactions(aborted.clone())
-            .with_records(Some(o.records.unwrap_or_default()));
-        let same_topic = responses.last().map(|r| r.topic.0.as_str() == w.key.0 && (!uses_ids || r.topic_id == w.topic_id));
+        let data = PartitionReply {
+            partition_index: w.key.1,
+            error_code: code(o.error),
+            high_watermark: o.high_watermark,
+            last_stable_offset: o.high_watermark,
+            log_start_offset: o.log_start_offset,
+            aborted_transactions: aborted.clone(),
+            preferred_read_replica: -1,
+            records: o.records.map(|r| r.slice),
+        };
+        let same_topic = responses.last().map(|r| r.name == w.key.0 && (!uses_ids || r.topic_id == w.topic_id));
         if same_topic == Some(true) {
             if let Some(last) = responses.last_mut() {
                 last.partitions.push(data);
             }
         } else {
-            responses.push(
-                FetchableTopicResponse::default()
-                    .with_topic(topic_name(&w.key.0))
-                    .with_topic_id(w.topic_id)
-                    .with_partitions(vec![data]),
-            );
+            responses.push(TopicReply { name: w.key.0.clone(), topic_id: w.topic_id, partitions: vec![data] });
         }
     }
     for (id, name, p, e) in unresolved {
         crate::metrics::response_error(kafka_protocol::messages::ApiKey::Fetch, e.code());
-        responses.push(
-            FetchableTopicResponse::default().with_topic(topic_name(&name)).with_topic_id(id).with_partitions(vec![
-                PartitionData::default()
-                    .with_partition_index(p)
-                    .with_error_code(e.code())
-                    .with_high_watermark(-1)
-                    .with_last_stable_offset(-1)
-                    .with_log_start_offset(-1)
-                    .with_preferred_read_replica(BrokerId(-1))
-                    .with_aborted_transactions(aborted.clone())
-                    .with_records(Some(Bytes::new())),
-            ]),
-        );
+        responses.push(TopicReply {
+            name,
+            topic_id: id,
+            partitions: vec![PartitionReply {
+                partition_index: p,
+                error_code: e.code(),
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                aborted_transactions: aborted.clone(),
+                preferred_read_replica: -1,
+                records: None,
+            }],
+        });
     }
-    FetchResponse::default().with_session_id(session_id).with_responses(responses)
+    FetchReply { session_id, responses, ..FetchReply::default() }
 }

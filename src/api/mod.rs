@@ -13,6 +13,7 @@ pub mod api_versions;
 pub mod configs;
 pub mod describe;
 pub mod fetch;
+pub mod fetch_frame;
 pub mod fetch_session;
 pub mod group;
 pub mod list_offsets;
@@ -44,6 +45,8 @@ pub struct RequestContext {
 pub enum Dispatch {
     /// Write this already-framed response.
     Respond(BytesMut),
+    /// Write these parts in order: a framed response with records sent from segment files.
+    Stream(Vec<fetch_frame::ResponsePart>),
     /// Nothing to send (acks=0 produce).
     Silent,
     /// Close the connection (bad request, or a failed acks=0 produce), with the reason logged.
@@ -163,7 +166,19 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
             }
             Err(e) => Dispatch::Close(format!("malformed ProduceRequest: {e}")),
         },
-        ApiKey::Fetch => handle_with!(ctx, body, FetchRequest, fetch::handle),
+        ApiKey::Fetch => match FetchRequest::decode(&mut body, ctx.api_version) {
+            Ok(req) => {
+                let reply = fetch::handle(&ctx, req).await;
+                match fetch_frame::frame(&reply, ctx.correlation_id, ctx.api_version, fetch_frame::INLINE_MAX) {
+                    Ok(parts) => Dispatch::Stream(parts),
+                    Err(e) => {
+                        tracing::error!(error = %e, "reading fetched records failed; closing the connection");
+                        Dispatch::Close(format!("reading fetched records failed: {e}"))
+                    }
+                }
+            }
+            Err(e) => Dispatch::Close(format!("malformed FetchRequest request: {e}")),
+        },
         ApiKey::ListOffsets => handle_with!(ctx, body, ListOffsetsRequest, list_offsets::handle),
         ApiKey::InitProducerId => handle_with!(ctx, body, InitProducerIdRequest, producer_id::handle),
         ApiKey::CreateTopics => handle_with!(ctx, body, CreateTopicsRequest, topics::create_topics),

@@ -54,8 +54,8 @@ pub use checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 pub use config::LogConfig;
 pub use epoch::LeaderEpochCache;
 pub use error::LogError;
-pub use io::{select_backend, IoBackend, IoBackendChoice, SegmentFile};
-pub use partition::{AppendInfo, PartitionLog, ReadResult};
+pub use io::{select_backend, FileSlice, IoBackend, IoBackendChoice, SegmentFile};
+pub use partition::{AppendInfo, PartitionLog, ReadResult, SliceRead};
 pub use partition_metadata::{read_partition_metadata, write_partition_metadata};
 
 /// Splits a partition directory name `<topic>-<partition>` into its parts.

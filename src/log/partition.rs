@@ -18,7 +18,7 @@ use super::checkpoint::sync_dir;
 use super::config::LogConfig;
 use super::epoch::LeaderEpochCache;
 use super::error::LogError;
-use super::io::IoBackend;
+use super::io::{FileSlice, IoBackend};
 use super::segment::Segment;
 use crate::protocol::record_batch::{
     records_section,
@@ -45,6 +45,17 @@ pub struct ReadResult {
     pub records: Bytes,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
+}
+
+/// Whole batches returned by [`PartitionLog::read_slice`]: a range of one segment file.
+#[derive(Debug, Clone)]
+pub struct SliceRead {
+    pub slice: FileSlice,
+    /// Base offset of the first batch in the range.
+    pub first_offset: i64,
+    /// The offset after the last batch in the range (offsets in between may be absent after
+    /// compaction, so `next_offset - first_offset` bounds the record count from above).
+    pub next_offset: i64,
 }
 
 /// One partition's log. See the module docs of [`crate::log`] for the layout and invariants.
@@ -360,41 +371,61 @@ impl PartitionLog {
         self.segments.partition_point(|s| s.base_offset() <= offset).saturating_sub(1)
     }
 
-    /// Whole batches from the batch containing `offset`; see the module docs for the rules.
+    /// Whole batches from the batch containing `offset`, copied into memory; see
+    /// [`PartitionLog::read_slice`] for the rules.
     pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one_batch: bool) -> Result<ReadResult, LogError> {
+        let records = match self.read_slice(offset, max_bytes, max_offset, min_one_batch)? {
+            Some(r) => r.slice.to_bytes().map_err(|e| LogError::io(&self.dir, "read", e))?,
+            None => Bytes::new(),
+        };
+        Ok(ReadResult { records, log_start_offset: self.log_start_offset, log_end_offset: self.log_end_offset() })
+    }
+
+    /// Whole batches from the batch containing `offset`, as a range of one segment file
+    /// (nothing is copied; a fetch sends it with sendfile). `None` when there is nothing to
+    /// return: `offset` is the log end, the next batch reaches `max_offset` (the high
+    /// watermark), or it is larger than `max_bytes` and `min_one_batch` is false.
+    ///
+    /// Rules: the range never crosses a segment boundary, never includes a batch with an
+    /// offset at or past `max_offset`, and holds at most `max_bytes` — except that with
+    /// `min_one_batch` the first batch is returned whole whatever its size (KIP-74).
+    pub fn read_slice(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<Option<SliceRead>, LogError> {
         let log_end = self.log_end_offset();
-        let empty = ReadResult { records: Bytes::new(), log_start_offset: self.log_start_offset, log_end_offset: log_end };
         if offset < self.log_start_offset || offset > log_end {
             return Err(LogError::OffsetOutOfRange { offset, log_start: self.log_start_offset, log_end });
         }
         if offset == log_end {
-            return Ok(empty);
+            return Ok(None);
         }
         for seg in &self.segments[self.segment_index_for(offset)..] {
             let Some((pos, first)) = seg.find_batch(offset)? else { continue };
             if first.last_offset() >= max_offset {
-                return Ok(empty);
+                return Ok(None);
             }
             if first.total_size() > max_bytes {
                 if !min_one_batch {
-                    return Ok(empty);
+                    return Ok(None);
                 }
-                let records = seg.read(pos, first.total_size())?;
-                return Ok(ReadResult { records, ..empty });
+                let slice = seg.slice(pos, first.total_size());
+                return Ok(Some(SliceRead { slice, first_offset: first.base_offset, next_offset: first.next_offset() }));
             }
-            let want = (max_bytes as u64).min(seg.size() - pos) as usize;
-            let buf = seg.read(pos, want)?;
-            let mut end = 0usize;
-            for item in BatchIter::new(&buf) {
-                let Ok((h, b)) = item else { break };
-                if h.last_offset() >= max_offset {
-                    break;
-                }
-                end += b.len();
-            }
-            return Ok(ReadResult { records: buf.slice(..end), ..empty });
+            // Batches at or past max_offset end the range where the first of them starts.
+            let visible_end = match seg.find_batch(max_offset)? {
+                Some((p, _)) => p,
+                None => seg.size(),
+            };
+            let limit = (pos + max_bytes as u64).min(visible_end);
+            let (end, next_offset) = seg.whole_batches_end(pos, limit)?;
+            let slice = seg.slice(pos, (end - pos) as usize);
+            return Ok(Some(SliceRead { slice, first_offset: first.base_offset, next_offset }));
         }
-        Ok(empty)
+        Ok(None)
     }
 
     /// Header of the batch holding `offset` (header only, no record bytes copied); `None` at or

@@ -557,6 +557,9 @@ impl crate::log::SegmentFile for FaultyFile {
     fn len(&self) -> std::io::Result<u64> {
         self.inner.len()
     }
+    fn std_file(&self) -> &std::fs::File {
+        self.inner.std_file()
+    }
 }
 
 #[test]

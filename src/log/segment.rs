@@ -21,8 +21,8 @@ use bytes::Bytes;
 
 use super::error::LogError;
 use super::index::{IndexLoad, OffsetIndex, TimeIndex};
-use super::io::{IoBackend, SegmentFile};
-use crate::protocol::record_batch::{crc_is_valid, BatchHeader, BatchIter, LOG_OVERHEAD, MIN_BATCH_LENGTH};
+use super::io::{FileSlice, IoBackend, SegmentFile};
+use crate::protocol::record_batch::{crc_is_valid, BatchHeader, BatchIter, BATCH_HEADER_LEN, LOG_OVERHEAD, MIN_BATCH_LENGTH};
 
 /// Bytes read per I/O while scanning a segment.
 const SCAN_CHUNK: usize = 1 << 20;
@@ -46,7 +46,7 @@ pub struct ScanEnd {
 pub struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    file: Box<dyn SegmentFile>,
+    file: Arc<dyn SegmentFile>,
     size: u64,
     next_offset: i64,
     offset_index: OffsetIndex,
@@ -88,7 +88,8 @@ impl Segment {
         index_interval_bytes: u32,
     ) -> Result<Segment, LogError> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
-        let file = io.open(&log_path).map_err(|e| LogError::io(&log_path, "create segment", e))?;
+        let file: Arc<dyn SegmentFile> =
+            io.open(&log_path).map_err(|e| LogError::io(&log_path, "create segment", e))?.into();
         let size = file.len().map_err(|e| LogError::io(&log_path, "stat", e))?;
         if size != 0 {
             return Err(LogError::Corrupt {
@@ -124,7 +125,8 @@ impl Segment {
         recover: bool,
     ) -> Result<Segment, LogError> {
         let (log_path, index_path, time_path) = Self::paths(dir, base_offset);
-        let file = io.open(&log_path).map_err(|e| LogError::io(&log_path, "open segment", e))?;
+        let file: Arc<dyn SegmentFile> =
+            io.open(&log_path).map_err(|e| LogError::io(&log_path, "open segment", e))?.into();
         let size = file.len().map_err(|e| LogError::io(&log_path, "stat", e))?;
         let loaded = if recover {
             None
@@ -395,22 +397,78 @@ impl Segment {
         self.first_batch_from(start, |h| h.last_offset() >= offset)
     }
 
-    /// First batch at or after position `start` satisfying `pred`.
+    /// First batch at or after position `start` (a batch boundary) satisfying `pred`. Reads
+    /// only batch headers, one 61-byte read per batch skipped; an index lookup before the call
+    /// keeps that to the few batches between two index entries.
     pub fn first_batch_from(
         &self,
         start: u64,
         mut pred: impl FnMut(&BatchHeader) -> bool,
     ) -> Result<Option<(u64, BatchHeader)>, LogError> {
-        let mut found = None;
-        self.scan(start, false, |pos, h, _| {
-            if pred(h) {
-                found = Some((pos, *h));
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
+        let mut pos = start;
+        while pos < self.size {
+            let h = self.header_at(pos)?;
+            if pred(&h) {
+                return Ok(Some((pos, h)));
             }
-        })?;
-        Ok(found)
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Header of the batch starting at `pos`, read on the calling thread. The segment was
+    /// recovered or trusted on open, so a header that does not parse or a batch that runs past
+    /// the end is corruption, not a torn write.
+    pub fn header_at(&self, pos: u64) -> Result<BatchHeader, LogError> {
+        let corrupt = |reason: String| LogError::Corrupt { path: self.log_path.clone(), reason };
+        if pos + BATCH_HEADER_LEN as u64 > self.size {
+            return Err(corrupt(format!("batch header at position {pos} runs past the end ({})", self.size)));
+        }
+        let mut head = [0u8; BATCH_HEADER_LEN];
+        std::os::unix::fs::FileExt::read_exact_at(self.file.std_file(), &mut head, pos)
+            .map_err(|e| LogError::io(&self.log_path, "read batch header", e))?;
+        let h = BatchHeader::parse(&head).map_err(|e| corrupt(format!("batch at position {pos}: {e}")))?;
+        if pos + h.total_size() as u64 > self.size {
+            return Err(corrupt(format!(
+                "batch at position {pos} of {} bytes runs past the end ({})",
+                h.total_size(),
+                self.size
+            )));
+        }
+        Ok(h)
+    }
+
+    /// The end of the whole batches that start at `start` (a batch boundary) and end at or
+    /// before `limit`, and the offset that follows them. May be `start` itself when the first
+    /// batch does not fit. Starts from the last index entry at or below `limit`, so it reads a
+    /// few headers, not the range.
+    pub fn whole_batches_end(&self, start: u64, limit: u64) -> Result<(u64, i64), LogError> {
+        if limit >= self.size {
+            return Ok((self.size, self.next_offset));
+        }
+        let entries = self.offset_index.entries();
+        let i = entries.partition_point(|&(_, p)| u64::from(p) <= limit);
+        let mut pos = match i.checked_sub(1).map(|i| u64::from(entries[i].1)) {
+            Some(p) if p > start => p,
+            _ => start,
+        };
+        loop {
+            if pos >= self.size {
+                return Ok((self.size, self.next_offset));
+            }
+            let h = self.header_at(pos)?;
+            let end = pos + h.total_size() as u64;
+            if end > limit {
+                return Ok((pos, h.base_offset));
+            }
+            pos = end;
+        }
+    }
+
+    /// `len` bytes from `pos`, as a slice that keeps the file open (for sendfile).
+    pub fn slice(&self, pos: u64, len: usize) -> FileSlice {
+        debug_assert!(pos + len as u64 <= self.size);
+        FileSlice::new(self.file.clone(), pos, len)
     }
 
     /// Position from which a search for the first record with timestamp >= `ts` may start.

@@ -59,7 +59,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                     break 'conn Closed::Protocol(format!("frame size {size} outside [0, socket.request.max.bytes={max}]"));
                 }
                 FrameCheck::Incomplete { needed } => {
-                    if writer.buffer().len() > 0 {
+                    if !writer.buffer().is_empty() {
                         if let Err(e) = writer.flush().await {
                             break 'conn Closed::Io(e);
                         }
@@ -119,6 +119,11 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
         match dispatched {
             Dispatch::Respond(resp) => {
                 if let Err(e) = writer.write_all(&resp).await {
+                    break Closed::Io(e);
+                }
+            }
+            Dispatch::Stream(parts) => {
+                if let Err(e) = super::send::send_parts(&mut writer, parts).await {
                     break Closed::Io(e);
                 }
             }

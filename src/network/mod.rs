@@ -12,6 +12,7 @@
 //!   dropped with the runtime.
 
 pub mod connection;
+pub mod send;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::producer_state::{ProducerStateTable, SequenceCheck};
 use crate::log::cleaner::{CleanStats, CleanerConfig};
-use crate::log::{LogConfig, LogError, PartitionLog, ReadResult};
+use crate::log::{LogConfig, LogError, PartitionLog, ReadResult, SliceRead};
 use crate::protocol::record_batch::{BatchHeader, BatchIter};
 
 /// Result of a produce to one partition.
@@ -141,10 +141,8 @@ impl Partition {
             }
         }
         let info = st.log.append_as_leader(records, self.leader_epoch, now_ms)?;
-        for item in BatchIter::new(records) {
-            if let Ok((h, _)) = item {
-                st.producers.record(&h);
-            }
+        for (h, _) in BatchIter::new(records).flatten() {
+            st.producers.record(&h);
         }
         let leo = st.log.log_end_offset();
         drop(st);
@@ -163,6 +161,12 @@ impl Partition {
     pub fn read(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<ReadResult, LogError> {
         let hw = self.high_watermark();
         self.state.lock().log.read(offset, max_bytes, hw, min_one_batch)
+    }
+
+    /// Like [`Partition::read`], as a range of a segment file (see [`PartitionLog::read_slice`]).
+    pub fn read_slice(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<Option<SliceRead>, LogError> {
+        let hw = self.high_watermark();
+        self.state.lock().log.read_slice(offset, max_bytes, hw, min_one_batch)
     }
 
     /// Header of the batch holding `offset` (see [`PartitionLog::batch_header_at`]).

@@ -1,7 +1,8 @@
 //! Segment file I/O behind a narrow trait, with an io_uring backend and a portable std one.
 //!
 //! Only a segment's `.log` file goes through [`SegmentFile`]; indexes and checkpoints are small
-//! and use `std::fs` directly. Both backends do positional I/O (no shared file cursor), so a
+//! and use `std::fs` directly. Fetches do not read through the backend at all: they take a
+//! [`FileSlice`] of the file and the connection sends it with `sendfile(2)`. Both backends do positional I/O (no shared file cursor), so a
 //! reader and the appender never disturb each other.
 //!
 //! Choosing: [`select_backend`] with [`IoBackendChoice::Auto`] probes io_uring (ring setup plus
@@ -13,10 +14,14 @@
 //! Errors are returned as `io::Error`; the partition log adds the path and poisons itself on a
 //! failed write or fsync. Short reads past the end of a file are `UnexpectedEof`.
 use std::fmt;
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
 
 // The file is `std.rs`; the module gets another name so it does not shadow the `std` crate.
 #[path = "std.rs"]
@@ -48,6 +53,73 @@ pub trait SegmentFile: Send + Sync + fmt::Debug {
     fn sync_data(&self) -> io::Result<()>;
     fn set_len(&self, len: u64) -> io::Result<()>;
     fn len(&self) -> io::Result<u64>;
+    /// The open file itself, for reads that bypass the backend: `sendfile(2)` of fetched
+    /// ranges and small positional reads on the calling thread (see [`FileSlice`]).
+    fn std_file(&self) -> &File;
+}
+
+/// A byte range of one segment's `.log` file that holds the file open: what a fetch response
+/// sends with `sendfile(2)` straight from the page cache instead of copying it through user
+/// space. The range lay inside the file when the slice was made, on batch boundaries.
+///
+/// A slice outlives the segment that made it: a segment deleted by retention (or replaced by
+/// the cleaner) stays readable through the slice's open file until the slice is dropped. A
+/// truncation of the same file (recovery, never while serving) could shorten it; readers then
+/// get `UnexpectedEof` rather than other bytes.
+#[derive(Clone)]
+pub struct FileSlice {
+    file: Arc<dyn SegmentFile>,
+    pos: u64,
+    len: usize,
+}
+
+impl FileSlice {
+    pub fn new(file: Arc<dyn SegmentFile>, pos: u64, len: usize) -> FileSlice {
+        FileSlice { file, pos, len }
+    }
+
+    /// Position of the first byte in the file.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The open file (for `sendfile(2)`).
+    pub fn file(&self) -> &File {
+        self.file.std_file()
+    }
+
+    /// Appends the slice's bytes to `buf` with one positional read on the calling thread: a
+    /// small range costs less this way than a round trip through an io_uring thread.
+    pub fn read_into(&self, buf: &mut BytesMut) -> io::Result<()> {
+        let at = buf.len();
+        buf.resize(at + self.len, 0);
+        let r = self.file.std_file().read_exact_at(&mut buf[at..], self.pos);
+        if r.is_err() {
+            buf.truncate(at);
+        }
+        r
+    }
+
+    /// The slice's bytes in a buffer of their own.
+    pub fn to_bytes(&self) -> io::Result<Bytes> {
+        let mut buf = BytesMut::with_capacity(self.len);
+        self.read_into(&mut buf)?;
+        Ok(buf.freeze())
+    }
+}
+
+impl fmt::Debug for FileSlice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FileSlice({:?} @ {}+{})", self.file, self.pos, self.len)
+    }
 }
 
 /// Value of the `log.io.backend` config key.

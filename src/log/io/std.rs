@@ -48,4 +48,8 @@ impl SegmentFile for StdSegmentFile {
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
+
+    fn std_file(&self) -> &File {
+        &self.file
+    }
 }

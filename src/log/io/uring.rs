@@ -133,6 +133,10 @@ impl SegmentFile for UringSegmentFile {
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
+
+    fn std_file(&self) -> &File {
+        &self.file
+    }
 }
 
 /// Builds the SQE for the not-yet-done part of `op`.
