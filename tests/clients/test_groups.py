@@ -36,16 +36,35 @@ def group_consumer(bootstrap, group, **conf):
 def worker(bootstrap, topic, group, out_path, crash_after):
     """Consumes in batches; after each batch, commits the next offsets of its partitions
     synchronously and only then writes 'partition offset key' for each record. A batch whose
-    commit fails (its partitions moved in a rebalance) is not written: the new owner redoes it
-    from the committed offset. crash_after > 0: exit hard (no close, no LeaveGroup) once that
+    commit fails (its partitions moved in a rebalance), or that was gathered while a rebalance
+    callback ran, is not written: the new owner redoes it from the committed offset. crash_after > 0: exit hard (no close, no LeaveGroup) once that
     many records are written."""
     c = group_consumer(bootstrap, group)
-    c.subscribe([topic])
+    rebalances = [0]
+
+    def changed(consumer, partitions):
+        rebalances[0] += 1
+
+    c.subscribe([topic], on_assign=changed, on_revoke=changed)
     done = 0
     with open(out_path, "a") as out:
         while True:
+            before = rebalances[0]
             msgs = [m for m in c.consume(num_messages=500, timeout=0.2) if not m.error()]
             if not msgs:
+                continue
+            if rebalances[0] != before:
+                # consume() served a revoke (and maybe the rejoin) while it gathered these: they
+                # may belong to partitions another member now reads from the committed offset,
+                # and a commit sent now would carry the new generation and be accepted. Drop them,
+                # and rewind the partitions this member still owns so none is skipped.
+                owned = {tp.partition for tp in c.assignment()}
+                first = {}
+                for m in msgs:
+                    first.setdefault(m.partition(), m.offset())
+                for p, o in first.items():
+                    if p in owned:
+                        c.seek(TopicPartition(topic, p, o))
                 continue
             nxt = {}
             for m in msgs:
