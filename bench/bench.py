@@ -9,6 +9,8 @@ import sys, threading, time, datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# Where results.json goes (report.py writes RESULTS.md and results.png next to it).
+OUT = os.path.abspath(os.environ.get("BENCH_OUT_DIR", HERE))
 FULL = os.environ.get("BENCH_FULL", "0") == "1"
 
 
@@ -553,12 +555,12 @@ def main():
             res["session_wall_s"] = time.monotonic() - t1
             out["rounds"].append(res)
             shutil.rmtree(b.data, ignore_errors=True)
-            with open(os.path.join(HERE, "results.json"), "w") as f:
+            with open(os.path.join(OUT, "results.json"), "w") as f:
                 json.dump(out, f, indent=1)
     out["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[0]
     out["machine"]["busy_after"] = round(cpu_busy(), 3)
     out["wall_s"] = time.monotonic() - t0
-    with open(os.path.join(HERE, "results.json"), "w") as f:
+    with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(out, f, indent=1)
     log(f"done in {out['wall_s']:.0f}s")
 

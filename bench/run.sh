@@ -35,6 +35,12 @@ if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c 'import matplotlib, 
   "$VENV/bin/pip" install -q matplotlib confluent-kafka >&2
 fi
 
+if [[ -n "${BENCH_OUT_DIR:-}" ]]; then
+  mkdir -p "$BENCH_OUT_DIR"
+  BENCH_OUT_DIR="$(cd "$BENCH_OUT_DIR" && pwd)"
+  export BENCH_OUT_DIR
+fi
+
 if [[ "${BENCH_REPORT_ONLY:-0}" == "1" ]]; then
   exec "$VENV/bin/python" "$HERE/report.py"
 fi
