@@ -59,7 +59,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                     break 'conn Closed::Protocol(format!("frame size {size} outside [0, socket.request.max.bytes={max}]"));
                 }
                 FrameCheck::Incomplete { needed } => {
-                    if writer.buffer().len() > 0 {
+                    if !writer.buffer().is_empty() {
                         if let Err(e) = writer.flush().await {
                             break 'conn Closed::Io(e);
                         }

@@ -141,10 +141,8 @@ impl Partition {
             }
         }
         let info = st.log.append_as_leader(records, self.leader_epoch, now_ms)?;
-        for item in BatchIter::new(records) {
-            if let Ok((h, _)) = item {
-                st.producers.record(&h);
-            }
+        for (h, _) in BatchIter::new(records).flatten() {
+            st.producers.record(&h);
         }
         let leo = st.log.log_end_offset();
         drop(st);
