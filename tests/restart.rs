@@ -202,3 +202,33 @@ fn delete_records_moves_log_start_and_survives_restart() {
     assert_eq!(offsets(&mut c, "t", -2), 1500);
     assert_eq!(read_all(&mut c, "t", 1500), expected(1500..2500));
 }
+
+/// (topic id, partition count) as Metadata reports them.
+fn describe(c: &mut Client, topic: &str) -> (uuid::Uuid, usize) {
+    let req = MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(name(topic)))]));
+    let r = c.call(&req, 12);
+    assert_eq!(r.topics[0].error_code, 0);
+    (r.topics[0].topic_id, r.topics[0].partitions.len())
+}
+
+#[test]
+fn created_and_grown_topics_survive_kill_9_with_their_ids() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    let topics = (0..3)
+        .map(|i| create_topics_request::CreatableTopic::default().with_name(name(&format!("many{i}"))).with_num_partitions(50).with_replication_factor(1))
+        .collect();
+    let r = c.call(&CreateTopicsRequest::default().with_topics(topics), 7);
+    assert!(r.topics.iter().all(|t| t.error_code == 0));
+    let grow = CreatePartitionsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        create_partitions_request::CreatePartitionsTopic::default().with_name(name("many1")).with_count(80),
+    ]);
+    assert_eq!(c.call(&grow, 3).results[0].error_code, 0);
+    let before: Vec<_> = (0..3).map(|i| describe(&mut c, &format!("many{i}"))).collect();
+    assert_eq!(before.iter().map(|d| d.1).collect::<Vec<_>>(), vec![50, 80, 50]);
+    let dir = b.kill9();
+    let b = Broker::start_in(dir, &[]);
+    let mut c = b.connect();
+    let after: Vec<_> = (0..3).map(|i| describe(&mut c, &format!("many{i}"))).collect();
+    assert_eq!(after, before);
+}

@@ -11,6 +11,21 @@
 //!   sharing the unchanged `Partition`s, so readers never see a half-updated topic.
 //! - A partition's directory exists before its topic is published and is removed only after the
 //!   topic is unpublished.
+//!
+//! # Durability of topic creation
+//! The partition directories are the list of topics (see [`crate::metadata`]), and
+//! [`Broker::open`] rebuilds a topic from them: its partition count is the highest partition
+//! directory found plus one (missing lower ones are recreated empty), and its id comes from any
+//! readable `partition.metadata`. So a new topic (or a grown one) is durable once its *highest*
+//! partition's directory and `partition.metadata` are on disk. `create_topic` and
+//! `create_partitions` therefore create that partition first and fsync its file, its directory
+//! and the log dir (three fsyncs per request, however many partitions), and create every other
+//! new partition afterwards without any fsync. A crash at any point leaves the topic as it was
+//! (nothing of the new partitions reached the disk before the highest one was durable) or whole
+//! at the new size with its id; the answer to the client goes out only after that. Files of the
+//! other partitions that a crash loses or tears are recreated on open: a missing directory, a
+//! missing segment or a missing or malformed `partition.metadata` (rewritten durably with the
+//! topic's id). Topic config overrides are stored durably before any directory is made.
 
 pub mod cleaner;
 pub mod retention;
@@ -116,6 +131,21 @@ pub struct Broker {
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
 }
 
+/// Whether [`Broker::open_partition`] is creating the partition, and how durably.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NewPartition {
+    /// Opening what is on disk (startup): a missing or unreadable `partition.metadata` is
+    /// rewritten durably.
+    No,
+    /// The highest new partition of a create: `partition.metadata`, the partition directory and
+    /// the log dir are fsynced before returning. Its presence on disk is what makes the topic
+    /// exist at its new size after a restart.
+    Durable,
+    /// Any other new partition: nothing is fsynced; a crash that loses its files is repaired on
+    /// open from the durable one.
+    Unsynced,
+}
+
 /// Entity name of the cluster-wide dynamic broker default in `sluice-broker-configs`.
 const DYNAMIC_DEFAULT_ENTITY: &str = "<default>";
 
@@ -208,7 +238,7 @@ impl Broker {
                         Self::place(&mut self.log_dir_loads()).join(format!("{name}-{p}"))
                     }
                 };
-                let part = self.open_partition(&topic_name, p, id, &dir, log_config.clone())?;
+                let part = self.open_partition(&topic_name, p, id, &dir, log_config.clone(), NewPartition::No)?;
                 partitions.push(part);
                 count += 1;
             }
@@ -225,6 +255,8 @@ impl Broker {
         Ok(())
     }
 
+    /// Opens (creating if needed) one partition. `new` says whether the partition is being
+    /// created by this request and how durable its files must be before this returns.
     fn open_partition(
         &self,
         topic: &Arc<str>,
@@ -232,18 +264,56 @@ impl Broker {
         id: Uuid,
         dir: &std::path::Path,
         config: log::LogConfig,
+        new: NewPartition,
     ) -> Result<Arc<Partition>, BrokerError> {
         let wrap = |source| BrokerError::OpenPartition { topic: topic.to_string(), partition: p, source };
         let mut log = PartitionLog::open(dir, config, self.io.clone()).map_err(wrap)?;
         if let Some(start) = self.start_offsets.lock().remove(&(topic.to_string(), p)) {
             log.set_log_start_offset(start);
         }
-        if let Ok(None) = log::partition_metadata::read_partition_metadata(dir) {
-            if let Err(e) = log::partition_metadata::write_partition_metadata(dir, id) {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not write partition.metadata");
+        match new {
+            NewPartition::Durable => {
+                log::partition_metadata::write_partition_metadata(dir, id).map_err(wrap)?;
+                if let Some(log_dir) = dir.parent() {
+                    log::checkpoint::sync_dir(log_dir).map_err(wrap)?;
+                }
             }
+            NewPartition::Unsynced => log::partition_metadata::write_new_partition_metadata(dir, id).map_err(wrap)?,
+            NewPartition::No => match log::partition_metadata::read_partition_metadata(dir) {
+                Ok(Some(_)) => {}
+                found => {
+                    if let Err(e) = &found {
+                        tracing::warn!(dir = %dir.display(), error = %error_chain(e), "rewriting unreadable partition.metadata");
+                    }
+                    if let Err(e) = log::partition_metadata::write_partition_metadata(dir, id) {
+                        tracing::warn!(dir = %dir.display(), error = %error_chain(&e), "could not write partition.metadata");
+                    }
+                }
+            },
         }
         Ok(Arc::new(Partition::new(topic.clone(), p, id, log).map_err(wrap)?))
+    }
+
+    /// Creates partitions `first..count` of a topic, the highest one first and durably (see
+    /// "Durability of topic creation" in the module doc). Returned in partition order.
+    fn create_partition_logs(
+        &self,
+        topic: &Arc<str>,
+        id: Uuid,
+        first: i32,
+        count: i32,
+        config: &log::LogConfig,
+    ) -> Result<Vec<Arc<Partition>>, BrokerError> {
+        let Some(highest) = count.checked_sub(1).filter(|&h| h >= first) else { return Ok(Vec::new()) };
+        let mut loads = self.log_dir_loads();
+        let mut place = |p: i32| Self::place(&mut loads).join(format!("{topic}-{p}"));
+        let anchor = self.open_partition(topic, highest, id, &place(highest), config.clone(), NewPartition::Durable)?;
+        let mut parts = Vec::with_capacity((count - first) as usize);
+        for p in first..highest {
+            parts.push(self.open_partition(topic, p, id, &place(p), config.clone(), NewPartition::Unsynced)?);
+        }
+        parts.push(anchor);
+        Ok(parts)
     }
 
     fn publish(&self, topic: Arc<Topic>) {
@@ -390,15 +460,9 @@ impl Broker {
         let id = metadata::new_topic_id();
         let topic_name: Arc<str> = Arc::from(name);
         let log_config = topic_config::log_config(&topic_config::effective(&self.topic_defaults.read(), &configs));
-        let mut parts = Vec::new();
-        let mut loads = self.log_dir_loads();
-        for p in 0..partitions {
-            let dir = Self::place(&mut loads).join(format!("{name}-{p}"));
-            let part = self
-                .open_partition(&topic_name, p, id, &dir, log_config.clone())
-                .map_err(|e| TopicError::Storage(format!("{e}: {}", error_chain(&e))))?;
-            parts.push(part);
-        }
+        let parts = self
+            .create_partition_logs(&topic_name, id, 0, partitions, &log_config)
+            .map_err(|e| TopicError::Storage(format!("{e}: {}", error_chain(&e))))?;
         let topic = Arc::new(Topic { internal: name.starts_with("__"), name: topic_name, id, partitions: parts, overrides: configs });
         self.publish(topic.clone());
         tracing::info!(topic = name, partitions, topic_id = %metadata::kafka_uuid_string(id), "created topic");
@@ -439,14 +503,10 @@ impl Broker {
         }
         let log_config = topic_config::log_config(&self.topic_effective_configs(&topic));
         let mut parts = topic.partitions.clone();
-        let mut loads = self.log_dir_loads();
-        for p in current..count {
-            let dir = Self::place(&mut loads).join(format!("{name}-{p}"));
-            let part = self
-                .open_partition(&topic.name, p, topic.id, &dir, log_config.clone())
-                .map_err(|e| TopicError::Storage(error_chain(&e)))?;
-            parts.push(part);
-        }
+        parts.extend(
+            self.create_partition_logs(&topic.name, topic.id, current, count, &log_config)
+                .map_err(|e| TopicError::Storage(error_chain(&e)))?,
+        );
         self.publish(Arc::new(Topic {
             name: topic.name.clone(),
             id: topic.id,
@@ -568,4 +628,78 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::epoch::LEADER_EPOCH_CHECKPOINT_FILE;
+    use crate::log::partition_metadata::{read_partition_metadata, PARTITION_METADATA_FILE};
+
+    fn broker(dir: &std::path::Path) -> Broker {
+        let pairs = [("log.dirs".to_string(), dir.display().to_string()), ("log.io.backend".into(), "std".into())];
+        Broker::open(BrokerConfig::from_pairs(pairs).unwrap().config).unwrap()
+    }
+
+    fn assert_whole(b: &Broker, dir: &std::path::Path, name: &str, partitions: usize, id: Uuid) {
+        let t = b.topic(name).expect("topic is back");
+        assert_eq!(t.id, id);
+        assert_eq!(t.partitions.len(), partitions);
+        for p in 0..partitions {
+            let pdir = dir.join(format!("{name}-{p}"));
+            assert_eq!(read_partition_metadata(&pdir).unwrap(), Some(id), "{}", pdir.display());
+        }
+    }
+
+    #[test]
+    fn created_topic_survives_restart_with_its_id_and_no_epoch_checkpoint() {
+        let d = tempfile::tempdir().unwrap();
+        let b = broker(d.path());
+        let id = b.create_topic("orders", 8, 1, BTreeMap::new()).unwrap().id;
+        // An empty partition has no leader epoch yet, so no checkpoint to write (as in Kafka).
+        assert!(!d.path().join("orders-0").join(LEADER_EPOCH_CHECKPOINT_FILE).exists());
+        drop(b);
+        let b = broker(d.path());
+        assert_whole(&b, d.path(), "orders", 8, id);
+        assert_eq!(b.partition("orders", 7).unwrap().log_end_offset(), 0);
+    }
+
+    #[test]
+    fn unsynced_partition_files_lost_in_a_crash_are_rebuilt_from_the_highest_partition() {
+        let d = tempfile::tempdir().unwrap();
+        let b = broker(d.path());
+        let id = b.create_topic("t", 5, 1, BTreeMap::new()).unwrap().id;
+        drop(b);
+        // What a crash can do to the partitions created without fsync: lose the directory,
+        // lose files in it, or leave partition.metadata empty or cut short.
+        let p = |i: i32| d.path().join(format!("t-{i}"));
+        std::fs::remove_dir_all(p(0)).unwrap();
+        std::fs::remove_dir_all(p(2)).unwrap();
+        std::fs::write(p(1).join(PARTITION_METADATA_FILE), "").unwrap();
+        std::fs::write(p(3).join(PARTITION_METADATA_FILE), "version: 0\ntopic_id: AS").unwrap();
+        for f in std::fs::read_dir(p(3)).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "log" || e == "index" || e == "timeindex") {
+                std::fs::remove_file(f).unwrap();
+            }
+        }
+        let b = broker(d.path());
+        assert_whole(&b, d.path(), "t", 5, id);
+        drop(b);
+        // The repairs were written for good: a second restart sees the same.
+        assert_whole(&broker(d.path()), d.path(), "t", 5, id);
+    }
+
+    #[test]
+    fn grown_topic_survives_restart_at_its_new_size() {
+        let d = tempfile::tempdir().unwrap();
+        let b = broker(d.path());
+        let id = b.create_topic("g", 2, 1, BTreeMap::new()).unwrap().id;
+        b.create_partitions("g", 6).unwrap();
+        assert_eq!(b.topic("g").unwrap().partitions.iter().map(|p| p.index).collect::<Vec<_>>(), (0..6).collect::<Vec<_>>());
+        drop(b);
+        // Only the highest new partition had to be durable.
+        std::fs::remove_dir_all(d.path().join("g-3")).unwrap();
+        assert_whole(&broker(d.path()), d.path(), "g", 6, id);
+    }
 }

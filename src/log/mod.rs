@@ -38,7 +38,10 @@
 //! first bad byte and everything after it is truncated with a `warn!` naming the file, position
 //! and bytes dropped, and its indexes are rebuilt. Older segments are trusted, but a missing or
 //! malformed index is rebuilt from the `.log`. Checkpoint files are written to `<name>.tmp`,
-//! fsynced, renamed over the old file and the directory is fsynced.
+//! fsynced, renamed over the old file and the directory is fsynced. Opening a new partition
+//! fsyncs nothing (a missing segment is recreated empty on the next open), and a new partition's
+//! `partition.metadata` may be written without fsync: the broker decides which new partitions
+//! must be durable (see `broker` "Durability of topic creation").
 pub mod checkpoint;
 pub mod cleaner;
 pub mod config;

@@ -4,8 +4,16 @@
 //!  version: 0
 //!  topic_id: 8Bm3Jf0lQxSv0l1D0mLm2w      <- Kafka's Uuid.toString(): URL-safe base64, no padding
 //! ```
-//! Written atomically (see [`super::checkpoint::write_atomically`]).
-use std::fs;
+//! Two ways to write it:
+//! - [`write_partition_metadata`] replaces the file atomically and durably (see
+//!   [`super::checkpoint::write_atomically`]): a crash leaves the old file or the new one.
+//! - [`write_new_partition_metadata`] writes a brand-new partition's file in place, without
+//!   fsync. A crash can leave it missing, empty or cut short; the caller must be able to rebuild
+//!   it (the broker keeps one durable copy per topic and rewrites the others on open, see
+//!   `broker::create_topic`). [`read_partition_metadata`] reports such a file as
+//!   [`LogError::MalformedFile`].
+use std::fs::{self, OpenOptions};
+use std::io::Write;
 use std::path::Path;
 
 use uuid::Uuid;
@@ -60,10 +68,27 @@ pub fn topic_id_from_str(s: &str) -> Option<Uuid> {
     Some(Uuid::from_bytes(arr))
 }
 
-/// Writes `<dir>/partition.metadata` for `topic_id`.
+fn render(topic_id: Uuid) -> String {
+    format!("version: 0\ntopic_id: {}\n", topic_id_to_string(topic_id))
+}
+
+/// Writes `<dir>/partition.metadata` for `topic_id`, atomically and durably (the directory
+/// entry included).
 pub fn write_partition_metadata(dir: &Path, topic_id: Uuid) -> Result<(), LogError> {
-    let text = format!("version: 0\ntopic_id: {}\n", topic_id_to_string(topic_id));
-    write_atomically(&dir.join(PARTITION_METADATA_FILE), text.as_bytes())
+    write_atomically(&dir.join(PARTITION_METADATA_FILE), render(topic_id).as_bytes())
+}
+
+/// Writes `<dir>/partition.metadata` for a partition created just now, with no fsync and no
+/// temporary file: after a crash the file may be missing or torn (see the module doc).
+pub fn write_new_partition_metadata(dir: &Path, topic_id: Uuid) -> Result<(), LogError> {
+    let path = dir.join(PARTITION_METADATA_FILE);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| LogError::io(&path, "create", e))?;
+    f.write_all(render(topic_id).as_bytes()).map_err(|e| LogError::io(&path, "write", e))
 }
 
 /// Reads `<dir>/partition.metadata`; `Ok(None)` if the file does not exist.
@@ -123,5 +148,20 @@ mod tests {
         assert_eq!(read_partition_metadata(dir.path()).unwrap(), Some(id));
         fs::write(dir.path().join(PARTITION_METADATA_FILE), "version: 1\ntopic_id: x\n").unwrap();
         assert!(read_partition_metadata(dir.path()).is_err());
+    }
+
+    #[test]
+    fn unsynced_partition_metadata_has_the_same_text_and_torn_files_read_as_malformed() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Uuid::from_u128(0x0123456789abcdef_fedcba9876543210);
+        write_new_partition_metadata(dir.path(), id).unwrap();
+        let path = dir.path().join(PARTITION_METADATA_FILE);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "version: 0\ntopic_id: ASNFZ4mrze_-3LqYdlQyEA\n");
+        assert!(!dir.path().join("partition.metadata.tmp").exists());
+        // What a crash before writeback can leave behind.
+        for torn in ["", "version: 0\n", "version: 0\ntopic_id: ASNFZ4mrze"] {
+            fs::write(&path, torn).unwrap();
+            assert!(matches!(read_partition_metadata(dir.path()), Err(LogError::MalformedFile { .. })), "{torn:?}");
+        }
     }
 }

@@ -16,7 +16,9 @@
 //!
 //! # Failure behaviour
 //! Files are replaced atomically (write to `.tmp`, fsync, rename, fsync the directory), so a crash
-//! leaves either the old or the new version.
+//! leaves either the old or the new version. A new topic's partition directories are made durable
+//! by the broker in a way that a crash leaves the topic absent or whole (see `broker`, "Durability
+//! of topic creation").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -174,20 +176,30 @@ impl TopicConfigStore {
         self.overrides.get(topic).cloned().unwrap_or_default()
     }
 
-    /// Replaces a topic's overrides (empty removes the topic) and persists.
+    /// Replaces a topic's overrides (empty removes the topic) and persists them before
+    /// returning. Setting what is already stored writes nothing (creating a topic without
+    /// overrides costs no fsync). On a failed write the stored overrides stay as they were,
+    /// in memory and on disk.
     pub fn set(&mut self, topic: &str, configs: BTreeMap<String, String>) -> Result<(), MetadataError> {
+        let current = self.overrides.get(topic);
+        if current == Some(&configs) || (current.is_none() && configs.is_empty()) {
+            return Ok(());
+        }
+        let mut next = self.overrides.clone();
         if configs.is_empty() {
-            self.overrides.remove(topic);
+            next.remove(topic);
         } else {
-            self.overrides.insert(topic.to_string(), configs);
+            next.insert(topic.to_string(), configs);
         }
         let mut text = String::new();
-        for (t, kvs) in &self.overrides {
+        for (t, kvs) in &next {
             for (k, v) in kvs {
                 text.push_str(&format!("{t}\t{k}={}\n", v.replace('\n', " ")));
             }
         }
-        write_atomically(&self.path, text.as_bytes())
+        write_atomically(&self.path, text.as_bytes())?;
+        self.overrides = next;
+        Ok(())
     }
 }
 
@@ -279,5 +291,24 @@ mod tests {
         assert_eq!(TopicConfigStore::open(d.path()).unwrap().get("t"), c);
         s.set("t", BTreeMap::new()).unwrap();
         assert!(TopicConfigStore::open(d.path()).unwrap().get("t").is_empty());
+    }
+
+    #[test]
+    fn setting_unchanged_overrides_writes_nothing_and_a_failed_write_changes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("sluice-topic-configs");
+        let mut s = TopicConfigStore::open(d.path()).unwrap();
+        s.set("plain", BTreeMap::new()).unwrap();
+        assert!(!path.exists(), "a topic without overrides needs no write");
+        let c: BTreeMap<String, String> = [("retention.ms".to_string(), "1000".to_string())].into();
+        s.set("t", c.clone()).unwrap();
+        assert!(path.exists());
+        std::fs::remove_file(&path).unwrap();
+        s.set("t", c.clone()).unwrap();
+        assert!(!path.exists(), "unchanged overrides are not rewritten");
+        // A write that cannot happen (the store's directory is gone) leaves the old value.
+        let mut gone = TopicConfigStore::open(&d.path().join("missing")).unwrap();
+        assert!(gone.set("t", c).is_err());
+        assert!(gone.get("t").is_empty());
     }
 }
