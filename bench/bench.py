@@ -451,6 +451,11 @@ def session_scale(b, rnd, res):
         j = last_json(out)
         if rc == 0 and j:
             res["scale_touch_s"] = j["secs"]
+            # What a user waits for: the partitions exist and each has accepted a record. Kafka's
+            # controller answers CreateTopics once the topic is in its metadata log, and the broker
+            # creates the log directories while it applies that metadata, so "until all have
+            # leaders" may leave Kafka's file creation out; the sum covers the same work for both.
+            res["scale_create_serve_s"] = res["scale_create_s"] + j["secs"]
         else:
             res["scale_touch_error"] = (j or {}).get("first_error") or first_error(err) or f"exit {rc}"
         time.sleep(2)

@@ -72,6 +72,7 @@ ROWS += [
     ("Resources", "start to serving, second fresh start (scale session)", ["scale_start_s"], "s", "lower"),
     ("Scale", f"create {CFG['scale_partitions']} partitions ({CFG['scale_per_topic']} per topic) until all have leaders", ["scale_create_s"], "s", "lower"),
     ("Scale", "then one record to every partition (all acked)", ["scale_touch_s"], "s", "lower"),
+    ("Scale", "create and serve: both of the above", ["scale_create_serve_s"], "s", "lower"),
     ("Scale", "RSS growth per idle partition", ["scale_kib_per_idle_partition"], "KiB", "lower"),
     ("Scale", "RSS growth per partition after each got a record", ["scale_kib_per_served_partition"], "KiB", "lower"),
     ("Scale", "RSS with all partitions served", ["scale_rss_served_mib"], "MiB", "lower"),
