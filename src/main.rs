@@ -105,6 +105,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    raise_open_files_limit();
     // Installed before the logs open so fsyncs during recovery are measured too.
     let metrics_handle = match config.metrics_listener {
         Some(_) => Some(sluice::metrics::install().context("installing the metrics recorder")?),
@@ -179,4 +180,26 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// Raises the soft open-files limit to the hard one, as the Go runtime does for every server:
+/// a broker holds one descriptor per segment and per connection, and distributions often set
+/// a soft limit of 1024 that 1,000 partitions would already exhaust. What remains a limit is
+/// logged, so "Too many open files" later has its cause at hand.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read or write the one struct passed by pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "could not read the open-files limit");
+        return;
+    }
+    let before = lim.rlim_cur;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            tracing::warn!(soft = before, hard = lim.rlim_max, error = %std::io::Error::last_os_error(), "could not raise the open-files limit");
+            return;
+        }
+    }
+    tracing::info!(limit = lim.rlim_cur, was = before, "open-files limit (one descriptor per segment and per connection)");
 }

@@ -9,6 +9,14 @@
 //! are created; files are written at their exact size (Kafka preallocates and trims on roll;
 //! both forms read back correctly here).
 //!
+//! # Open files
+//! An index file is created (or rewritten) when its segment is created or opened, and then
+//! closed: it is opened again only when an entry is appended or unsynced content must be
+//! fsynced. A partition that receives less than `index.interval.bytes` therefore holds one file
+//! descriptor (its `.log`), not three, which is what lets one broker serve 10,000 idle
+//! partitions under an ordinary open-files limit. Kafka gets the same by mmapping its indexes
+//! and closing their descriptors.
+//!
 //! # Loading
 //! Kafka preallocates the active segment's index files, so a file may end in all-zero entries:
 //! trailing zero entries are ignored. Anything else that is not strictly increasing, or points
@@ -57,24 +65,59 @@ fn read_entries(path: &Path, entry_len: usize) -> Result<Option<Vec<u8>>, String
     Ok(Some(buf))
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<File, LogError> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(|e| LogError::io(path, "create index", e))?;
-    f.write_all_at(bytes, 0).map_err(|e| LogError::io(path, "write index", e))?;
-    Ok(f)
+/// One index file on disk, open only while it is being written (see "Open files").
+#[derive(Debug)]
+struct IndexFile {
+    path: PathBuf,
+    file: Option<File>,
+    /// Bytes were written since the last fsync.
+    dirty: bool,
+}
+
+impl IndexFile {
+    /// Creates or truncates the file to exactly `bytes`, then closes it.
+    fn create(path: &Path, bytes: &[u8]) -> Result<IndexFile, LogError> {
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| LogError::io(path, "create index", e))?;
+        f.write_all_at(bytes, 0).map_err(|e| LogError::io(path, "write index", e))?;
+        Ok(IndexFile { path: path.to_path_buf(), file: None, dirty: !bytes.is_empty() })
+    }
+
+    fn open(&mut self) -> Result<&File, LogError> {
+        if self.file.is_none() {
+            let f = OpenOptions::new().write(true).open(&self.path).map_err(|e| LogError::io(&self.path, "open index", e))?;
+            self.file = Some(f);
+        }
+        Ok(self.file.as_ref().expect("opened above"))
+    }
+
+    fn write_at(&mut self, bytes: &[u8], at: u64, op: &'static str) -> Result<(), LogError> {
+        let path = self.path.clone();
+        self.open()?.write_all_at(bytes, at).map_err(|e| LogError::io(path, op, e))?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn sync(&mut self, op: &'static str) -> Result<(), LogError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        self.open()?.sync_data().map_err(|e| LogError::io(path, op, e))?;
+        self.dirty = false;
+        Ok(())
+    }
 }
 
 /// `.index`: relative offset -> file position of the batch whose last offset it is.
 #[derive(Debug)]
 pub struct OffsetIndex {
-    path: PathBuf,
     entries: Vec<(u32, u32)>,
-    file: File,
+    file: IndexFile,
 }
 
 impl OffsetIndex {
@@ -109,8 +152,8 @@ impl OffsetIndex {
             bytes.extend_from_slice(&rel.to_be_bytes());
             bytes.extend_from_slice(&pos.to_be_bytes());
         }
-        let file = write_file(path, &bytes)?;
-        Ok(OffsetIndex { path: path.to_path_buf(), entries, file })
+        let file = IndexFile::create(path, &bytes)?;
+        Ok(OffsetIndex { entries, file })
     }
 
     pub fn entries(&self) -> &[(u32, u32)] {
@@ -129,7 +172,7 @@ impl OffsetIndex {
         e[..4].copy_from_slice(&rel.to_be_bytes());
         e[4..].copy_from_slice(&pos.to_be_bytes());
         let at = (self.entries.len() * 8) as u64;
-        self.file.write_all_at(&e, at).map_err(|err| LogError::io(&self.path, "append index", err))?;
+        self.file.write_at(&e, at, "append index")?;
         self.entries.push((rel, pos));
         Ok(())
     }
@@ -140,21 +183,20 @@ impl OffsetIndex {
         i.checked_sub(1).map(|i| self.entries[i])
     }
 
-    pub fn sync(&self) -> Result<(), LogError> {
-        self.file.sync_data().map_err(|e| LogError::io(&self.path, "fsync index", e))
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.file.sync("fsync index")
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.file.path
     }
 }
 
 /// `.timeindex`: max timestamp seen so far -> relative offset of the batch that carried it.
 #[derive(Debug)]
 pub struct TimeIndex {
-    path: PathBuf,
     entries: Vec<(i64, u32)>,
-    file: File,
+    file: IndexFile,
 }
 
 impl TimeIndex {
@@ -186,8 +228,8 @@ impl TimeIndex {
             bytes.extend_from_slice(&ts.to_be_bytes());
             bytes.extend_from_slice(&rel.to_be_bytes());
         }
-        let file = write_file(path, &bytes)?;
-        Ok(TimeIndex { path: path.to_path_buf(), entries, file })
+        let file = IndexFile::create(path, &bytes)?;
+        Ok(TimeIndex { entries, file })
     }
 
     pub fn entries(&self) -> &[(i64, u32)] {
@@ -207,7 +249,7 @@ impl TimeIndex {
         e[..8].copy_from_slice(&ts.to_be_bytes());
         e[8..].copy_from_slice(&rel.to_be_bytes());
         let at = (self.entries.len() * 12) as u64;
-        self.file.write_all_at(&e, at).map_err(|err| LogError::io(&self.path, "append time index", err))?;
+        self.file.write_at(&e, at, "append time index")?;
         self.entries.push((ts, rel));
         Ok(())
     }
@@ -219,12 +261,12 @@ impl TimeIndex {
         i.checked_sub(1).map(|i| self.entries[i])
     }
 
-    pub fn sync(&self) -> Result<(), LogError> {
-        self.file.sync_data().map_err(|e| LogError::io(&self.path, "fsync time index", e))
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.file.sync("fsync time index")
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.file.path
     }
 }
 
@@ -251,6 +293,35 @@ mod tests {
         std::fs::write(&p, [0u8; 7]).unwrap();
         assert!(matches!(OffsetIndex::load(&p, 8000), IndexLoad::Malformed(_)));
         assert!(matches!(OffsetIndex::load(&dir.path().join("x.index"), 1), IndexLoad::Missing));
+    }
+
+    /// Open descriptors of this process that point at `path`.
+    fn fds_on(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target == path)
+            .count()
+    }
+
+    #[test]
+    fn index_files_are_open_only_while_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000000.index");
+        let mut oi = OffsetIndex::create(&p, vec![]).unwrap();
+        assert!(p.exists(), "the file exists from the start, as with Kafka");
+        assert_eq!(fds_on(&p), 0, "an index without appends holds no descriptor");
+        oi.sync().unwrap();
+        assert_eq!(fds_on(&p), 0, "nothing to sync, nothing opened");
+        oi.append(3, 4100).unwrap();
+        assert_eq!(fds_on(&p), 1);
+        oi.sync().unwrap();
+        drop(oi);
+        assert_eq!(fds_on(&p), 0);
+        match OffsetIndex::load(&p, 10_000) {
+            IndexLoad::Loaded(e) => assert_eq!(e, vec![(3, 4100)]),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

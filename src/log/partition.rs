@@ -561,7 +561,7 @@ impl PartitionLog {
 
     fn flush_at(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.check_poisoned()?;
-        let r = self.active().sync();
+        let r = self.active_mut().sync();
         self.poison_on_err(r)?;
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;

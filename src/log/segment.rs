@@ -498,7 +498,7 @@ impl Segment {
         self.sync()
     }
 
-    pub fn sync(&self) -> Result<(), LogError> {
+    pub fn sync(&mut self) -> Result<(), LogError> {
         let started = std::time::Instant::now();
         self.file.sync_data().map_err(|e| LogError::io(&self.log_path, "fsync", e))?;
         crate::metrics::fsync_completed(started.elapsed());
