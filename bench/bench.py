@@ -382,7 +382,8 @@ def session_main(b, rnd, res, perf_dir):
         rc, out, err, wall, ccpu = run_client([RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)])
         j = last_json(out) if rc == 0 else None
         r = j if j else {"error": first_error(err) or f"exit {rc}"}
-        r.update({"broker_cpu_s": proc_cpu_s(b.pid) - cpu0, "client_cpu_s": ccpu, "rss_peak_mib": sampler.max})
+        r.update({"broker_cpu_s": proc_cpu_s(b.pid) - cpu0, "client_cpu_s": ccpu, "client_wall_s": wall,
+                  "rss_peak_mib": sampler.max})
         res["consume/rdk/p16"] = r
         log(b.name, rnd, "consume/rdk/p16", r)
         rc, out, err, wall, ccpu = run_client(tool("kafka-consumer-perf-test.sh") + [
