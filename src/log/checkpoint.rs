@@ -40,6 +40,18 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), LogError> {
     Ok(())
 }
 
+/// Replaces `path` with `contents` through a rename, without fsync: readers see the old or the
+/// new file, never a mix, but a crash may bring back the old one (or leave none, for a file
+/// created this way). For files that can be rebuilt, made durable later with
+/// [`write_atomically`].
+pub fn write_replacing(path: &Path, contents: &[u8]) -> Result<(), LogError> {
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    let tmp = PathBuf::from(tmp_name);
+    fs::write(&tmp, contents).map_err(|e| LogError::io(&tmp, "write", e))?;
+    fs::rename(&tmp, path).map_err(|e| LogError::io(path, "rename", e))
+}
+
 /// fsyncs a directory so that creations, renames and deletions in it are durable.
 pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
     let d = File::open(dir).map_err(|e| LogError::io(dir, "open directory", e))?;

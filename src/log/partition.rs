@@ -80,6 +80,26 @@ fn wall_clock_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Re-adds leader epochs that the active segment's batches carry but the checkpoint lacks (its
+/// last write was not fsynced before a crash; see `epoch.rs`). Costs one header read when the
+/// checkpoint is current, a walk over the segment's batch headers when it is not.
+fn recover_epochs(active: &Segment, epochs: &mut LeaderEpochCache) -> Result<(), LogError> {
+    let newer = |h: &BatchHeader, latest: Option<i32>| h.partition_leader_epoch >= 0 && latest.is_none_or(|e| h.partition_leader_epoch > e);
+    let Some((_, last)) = active.find_batch(active.next_offset() - 1)? else { return Ok(()) };
+    if !newer(&last, epochs.latest_epoch()) {
+        return Ok(());
+    }
+    let mut pos = 0;
+    loop {
+        let latest = epochs.latest_epoch();
+        let Some((p, h)) = active.first_batch_from(pos, |h| newer(h, latest))? else { break };
+        tracing::info!(epoch = h.partition_leader_epoch, start_offset = h.base_offset, path = %active.log_path().display(), "restoring leader epoch missing from the checkpoint");
+        epochs.assign(h.partition_leader_epoch, h.base_offset)?;
+        pos = p + h.total_size() as u64;
+    }
+    epochs.sync()
+}
+
 /// `NNNNNNNNNNNNNNNNNNNN.log` -> base offset.
 fn segment_base(name: &str, ext: &str) -> Option<i64> {
     let stem = name.strip_suffix(ext)?;
@@ -141,6 +161,9 @@ impl PartitionLog {
         let log_start_offset = segments[0].base_offset();
         let leo = segments.last().map_or(0, Segment::next_offset);
         epochs.truncate_from_end(leo)?;
+        if let Some(active) = segments.last() {
+            recover_epochs(active, &mut epochs)?;
+        }
         Ok(PartitionLog {
             dir: dir.to_path_buf(),
             config,
@@ -350,6 +373,7 @@ impl PartitionLog {
     fn roll(&mut self) -> Result<(), LogError> {
         let leo = self.log_end_offset();
         self.active_mut().on_roll()?;
+        self.epochs.sync()?;
         let seg = Segment::create(&self.dir, leo, &self.io, self.config.index_interval_bytes)?;
         tracing::debug!(path = %seg.log_path().display(), "rolled new log segment");
         self.segments.push(seg);
@@ -561,7 +585,7 @@ impl PartitionLog {
 
     fn flush_at(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.check_poisoned()?;
-        let r = self.active_mut().sync();
+        let r = self.active_mut().sync().and_then(|()| self.epochs.sync());
         self.poison_on_err(r)?;
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;

@@ -394,6 +394,37 @@ fn leader_epochs_are_persisted_reloaded_and_truncated() {
 }
 
 #[test]
+fn leader_epochs_lost_before_a_flush_are_restored_from_the_batches() {
+    let io: Arc<dyn IoBackend> = Arc::new(crate::log::io::StdBackend);
+    let checkpoint = |d: &Path| d.join("leader-epoch-checkpoint");
+    // A small segment size so that epoch 0 starts in a rolled segment and 3 and 5 in the active one.
+    let cfg = LogConfig { segment_bytes: 2048, ..LogConfig::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), cfg.clone(), &io);
+    log.append_as_leader(&mut batch_with(2, 0, 1500), 0, 0).unwrap();
+    log.append_as_leader(&mut batch_with(2, 0, 10), 3, 0).unwrap();
+    log.append_as_leader(&mut batch_with(2, 0, 10), 3, 0).unwrap();
+    log.append_as_leader(&mut batch_with(2, 0, 10), 5, 0).unwrap();
+    assert!(log.segment_base_offsets().len() >= 2, "{:?}", log.segment_base_offsets());
+    drop(log);
+    // What a crash can leave: the checkpoint as it was at the roll (epoch 0 only), or none.
+    for lost in ["0\n1\n0 0\n", ""] {
+        if lost.is_empty() {
+            fs::remove_file(checkpoint(dir.path())).unwrap();
+        } else {
+            fs::write(checkpoint(dir.path()), lost).unwrap();
+        }
+        let log = open(dir.path(), cfg.clone(), &io);
+        assert_eq!(log.latest_epoch(), Some(5), "after {lost:?}");
+        assert_eq!(log.end_offset_for_epoch(3), Some((3, 6)), "after {lost:?}");
+        drop(log);
+        // The restored entries were written back.
+        let text = fs::read_to_string(checkpoint(dir.path())).unwrap();
+        assert!(text.ends_with("3 2\n5 6\n"), "after {lost:?}: {text:?}");
+    }
+}
+
+#[test]
 fn follower_append_keeps_offsets_and_rejects_going_backwards() {
     for io in test_backends() {
         let dir = tempfile::tempdir().unwrap();
