@@ -452,6 +452,22 @@ impl PartitionLog {
         Ok(None)
     }
 
+    /// Calls `f` with the header of every batch from the one holding the log start offset to
+    /// the end, in offset order. Reads 61 bytes per batch, not the records: this is what
+    /// rebuilding producer state at startup needs.
+    pub fn for_each_batch_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
+        let start = self.log_start_offset;
+        for seg in &self.segments[self.segment_index_for(start)..] {
+            let Some((mut pos, _)) = seg.find_batch(start)? else { continue };
+            while pos < seg.size() {
+                let h = seg.header_at(pos)?;
+                f(&h);
+                pos += h.total_size() as u64;
+            }
+        }
+        Ok(())
+    }
+
     /// Header of the batch holding `offset` (header only, no record bytes copied); `None` at or
     /// past the log end. Metrics use it to date the oldest record a consumer group has not read.
     pub fn batch_header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError> {
