@@ -20,7 +20,9 @@ use tokio::net::TcpStream;
 use crate::api::fetch_frame::ResponsePart;
 use crate::log::FileSlice;
 
-/// Writes `parts` in order and flushes.
+/// Writes `parts` in order. A response with file parts is flushed (and the socket uncorked)
+/// before this returns; one of bytes only stays buffered, like every other response, until the
+/// connection flushes.
 pub async fn send_parts(
     writer: &mut BufWriter<OwnedWriteHalf>,
     parts: Vec<ResponsePart>,
