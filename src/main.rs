@@ -194,8 +194,15 @@ fn raise_open_files_limit() {
         return;
     }
     let before = lim.rlim_cur;
-    if lim.rlim_cur < lim.rlim_max {
-        lim.rlim_cur = lim.rlim_max;
+    // An unlimited hard limit still stops at the kernel's fs.nr_open.
+    let ceiling = if lim.rlim_max == libc::RLIM_INFINITY {
+        std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(1 << 20)
+    } else {
+        lim.rlim_max
+    };
+    if lim.rlim_cur < ceiling {
+        lim.rlim_cur = ceiling;
+        // SAFETY: as above.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
             tracing::warn!(soft = before, hard = lim.rlim_max, error = %std::io::Error::last_os_error(), "could not raise the open-files limit");
             return;

@@ -63,3 +63,46 @@ fn config_file_is_read_and_unknown_keys_only_warn() {
     let meta = std::fs::read_to_string(dir.path().join("data/meta.properties")).unwrap();
     assert!(meta.contains("node.id=1") && meta.contains("cluster.id="), "{meta}");
 }
+
+/// `Max open files` soft and hard values from `/proc/<pid>/limits`.
+fn open_files_limits(pid: u32) -> (String, String) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("Max open files")).expect("open files line");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    (f[3].to_string(), f[4].to_string())
+}
+
+#[test]
+fn serve_raises_the_open_files_soft_limit_to_the_hard_limit() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let (_, hard) = open_files_limits(std::process::id());
+    let hard: libc::rlim_t = match hard.parse() {
+        Ok(h) if h > 256 => h,
+        _ => return, // unlimited or tiny hard limit: nothing this test can show
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["serve", "--override", &format!("log.dirs={}", dir.path().display())])
+        .args(["--override", "listeners=PLAINTEXT://127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .env("SLUICE_LOG", "warn");
+    // SAFETY: setrlimit is async-signal-safe; it only lowers the child's soft limit.
+    unsafe {
+        cmd.pre_exec(move || {
+            let low = libc::rlimit { rlim_cur: 256, rlim_max: hard };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &low) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("start sluice");
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    while !lines.next().expect("sluice exited before listening").unwrap().contains("listening on PLAINTEXT://") {}
+    let (soft, hard_seen) = open_files_limits(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(hard_seen, hard.to_string());
+    assert_eq!(soft, hard.to_string(), "the soft limit was started at 256 and should be raised to the hard one");
+}
