@@ -19,11 +19,16 @@ use super::error::LogError;
 
 const CHECKPOINT_VERSION: u32 = 0;
 
-/// Atomically replaces `path` with `contents` (tmp file + fsync + rename + directory fsync).
-pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), LogError> {
+/// `<path>.tmp`: where a replacement is written before it is renamed over `path`.
+fn tmp_path(path: &Path) -> PathBuf {
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(".tmp");
-    let tmp = PathBuf::from(tmp_name);
+    PathBuf::from(tmp_name)
+}
+
+/// Atomically replaces `path` with `contents` (tmp file + fsync + rename + directory fsync).
+pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), LogError> {
+    let tmp = tmp_path(path);
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -45,9 +50,7 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), LogError> {
 /// created this way). For files that can be rebuilt, made durable later with
 /// [`write_atomically`].
 pub fn write_replacing(path: &Path, contents: &[u8]) -> Result<(), LogError> {
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = PathBuf::from(tmp_name);
+    let tmp = tmp_path(path);
     fs::write(&tmp, contents).map_err(|e| LogError::io(&tmp, "write", e))?;
     fs::rename(&tmp, path).map_err(|e| LogError::io(path, "rename", e))
 }
