@@ -7,19 +7,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VENV="$ROOT/.cache/venv"
-PY="${PYTHON:-python3}"
 command -v java >/dev/null || { echo "protocol-tests: java (17+) is needed to run Apache Kafka" >&2; exit 1; }
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PY" -m venv "$VENV"
-fi
-REQ="$ROOT/tests/clients/requirements.txt"
-STAMP="$VENV/.requirements.sha"
-SUM="$(sha256sum "$REQ" | cut -d' ' -f1)"
-if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$SUM" ]]; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
-  echo "$SUM" >"$STAMP"
-fi
+source "$ROOT/tests/clients/venv.sh"
 "$ROOT/compat/kafka/fetch.sh" >/dev/null
 export SLUICE_BIN="${SLUICE_BIN:-$ROOT/target/release/sluice}"
 [[ -x "$SLUICE_BIN" ]] || { echo "protocol-tests: no sluice binary at $SLUICE_BIN (cargo build --release)" >&2; exit 1; }

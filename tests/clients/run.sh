@@ -8,18 +8,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-VENV="$ROOT/.cache/venv"
-PY="${PYTHON:-python3}"
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PY" -m venv "$VENV"
-fi
-REQ="$ROOT/tests/clients/requirements.txt"
-STAMP="$VENV/.requirements.sha"
-SUM="$(sha256sum "$REQ" | cut -d' ' -f1)"
-if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$SUM" ]]; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
-  echo "$SUM" >"$STAMP"
-fi
+source "$ROOT/tests/clients/venv.sh"
 "$ROOT/compat/kafka/fetch.sh" >/dev/null
 # default to the whole suite unless a test path is given
 for a in "$@"; do
