@@ -159,20 +159,17 @@ def steps():
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1},
                                                   ]}]}),
         "ListOffsets latest", part_err(0, "topics", "partitions"))
-    add("fetch", 1, 12, 24, encode(FetchRequest, 12, 24, {
-        "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 100,
-                                                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-        "forgotten_topics_data": [], "rack_id": ""}),
-        "Fetch offset 100 (out of range)", part_err(1, "responses", "partitions"))
-    add("fetch", 1, 12, 25, encode(FetchRequest, 12, 25, {
-        "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 1,
-                                                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-        "forgotten_topics_data": [], "rack_id": ""}),
-        "Fetch offset 1", part_err(0, "responses", "partitions"))
+    def fetch_v12(cid, offset):
+        return encode(FetchRequest, 12, cid, {
+            "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                        "fetch_offset": offset, "log_start_offset": -1,
+                                                        "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": ""})
+
+    add("fetch", 1, 12, 24, fetch_v12(24, 100), "Fetch offset 100 (out of range)", part_err(1, "responses", "partitions"))
+    add("fetch", 1, 12, 25, fetch_v12(25, 1), "Fetch offset 1", part_err(0, "responses", "partitions"))
     add("dr", 21, 2, 26, encode(DeleteRecordsRequest, 2, 26, {
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 100}]}], "timeout_ms": 5000}),
         "DeleteRecords offset 100 > HW", part_err(1, "topics", "partitions"))

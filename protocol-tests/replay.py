@@ -332,17 +332,7 @@ def metadata_topic_id(host, port, name):
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
     req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
                           allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-    req.API_VERSION = 12
-    req.with_header(correlation_id=424242, client_id="sluice-replay")
-    try:
-        with socket.create_connection((host, port), timeout=10) as s:
-            s.sendall(req.encode(header=True, framed=True))
-            (n,) = struct.unpack(">i", recv_exact(s, 4))
-            frame = recv_exact(s, n)
-    except OSError:
-        return None
-    _, d = decode_response(3, 12, frame)
-    for t in d.get("topics", []):
+    for t in request_once(host, port, req, 3, 12).get("topics", []):
         if t.get("name") == name and t.get("topic_id"):
             u = uuid.UUID(t["topic_id"]).bytes
             return None if u == bytes(16) else u
