@@ -435,10 +435,19 @@ func admin(ctx context.Context) (string, error) {
 	if _, err := ar.On(t, nil); err != nil {
 		return "", fmt.Errorf("AlterTopicConfigs: %w", err)
 	}
-	cfgs, _ = adm.DescribeTopicConfigs(ctx, t)
-	rc, _ = cfgs.On(t, nil)
-	if c := cfgValue(rc, "retention.ms"); c != "7200000" {
-		return "", fmt.Errorf("after alter retention.ms = %v", c)
+	// Kafka applies the change through its metadata log: wait (bounded) for a describe to see it.
+	cfgDeadline := time.Now().Add(15 * time.Second)
+	for {
+		cfgs, _ = adm.DescribeTopicConfigs(ctx, t)
+		rc, _ = cfgs.On(t, nil)
+		c := cfgValue(rc, "retention.ms")
+		if c == "7200000" {
+			break
+		}
+		if time.Now().After(cfgDeadline) {
+			return "", fmt.Errorf("after alter retention.ms = %v", c)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	// broker configs
 	md, err := adm.BrokerMetadata(ctx)

@@ -148,7 +148,12 @@ def admin_ops(bs):
     check(cfg["retention.ms"].value == "3600000", "retention.ms %s" % cfg["retention.ms"].value)
     a.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
         ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])])[res].result(20)
+    # Kafka applies the change through its metadata log: wait (bounded) for a describe to see it.
+    deadline = time.time() + 15
     cfg = a.describe_configs([res])[res].result(20)
+    while cfg["retention.ms"].value != "7200000" and time.time() < deadline:
+        time.sleep(0.1)
+        cfg = a.describe_configs([res])[res].result(20)
     check(cfg["retention.ms"].value == "7200000", "after alter retention.ms %s" % cfg["retention.ms"].value)
     cl = a.describe_cluster().result(20)
     check(len(cl.nodes) == 1 and cl.cluster_id, "describe_cluster %r" % cl)

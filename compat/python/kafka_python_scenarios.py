@@ -140,7 +140,13 @@ def admin_ops(bs):
     entries = topic_configs(a, t)
     check(entries.get("retention.ms") == "3600000", "retention.ms %r" % entries.get("retention.ms"))
     a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, t, configs={"retention.ms": "7200000"})])
+    # Kafka applies the change through its metadata log, so a describe right after the alter may
+    # still see the old value: wait (bounded) for the new one.
+    deadline = time.time() + 15
     entries = topic_configs(a, t)
+    while entries.get("retention.ms") != "7200000" and time.time() < deadline:
+        time.sleep(0.1)
+        entries = topic_configs(a, t)
     check(entries.get("retention.ms") == "7200000", "after alter retention.ms %r" % entries.get("retention.ms"))
     cl = a.describe_cluster()
     check(len(cl["brokers"]) == 1 and cl["cluster_id"], "describe_cluster %r" % cl)
