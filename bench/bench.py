@@ -4,8 +4,8 @@
 Every knob is an environment variable (see bench/README.md). Writes bench/results.json
 (raw per-round figures) and then calls bench/report.py for RESULTS.md and results.png.
 """
-import json, os, re, resource, shutil, signal, socket, statistics, struct, subprocess
-import sys, threading, time, datetime
+import base64, json, os, re, resource, shutil, signal, socket, statistics, struct, subprocess
+import sys, threading, time, datetime, uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -93,6 +93,15 @@ class RssSampler:
 
     def close(self):
         self.stop = True
+
+
+def kafka_random_uuid():
+    """Kafka's text form of a random uuid, never starting with '-' (as Uuid.randomUuid), since
+    kafka-storage would take such a cluster id for a flag."""
+    while True:
+        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not s.startswith("-"):
+            return s
 
 
 def apiversions_ok(port, timeout=0.5):
@@ -232,8 +241,7 @@ class Kafka(Broker):
         ]
         with open(self.props(), "w") as f:
             f.write("\n".join(lines) + "\n")
-        cid = subprocess.run([PY, "-c", "import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip('='))"],
-                             capture_output=True, text=True).stdout.strip()
+        cid = kafka_random_uuid()
         subprocess.run([os.path.join(ROOT, "compat", "kafka", "run-class.sh"), "kafka.tools.StorageTool", "format",
                         "-t", cid, "-c", self.props()], check=True, capture_output=True)
 

@@ -91,7 +91,11 @@ case "$cmd" in
       for kv in "${OVERRIDES[@]+"${OVERRIDES[@]}"}"; do echo "$kv"; done
     } >"$PROPS"
     if [[ ! -f "$DIR/meta.properties" ]]; then
-      CID="$(python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+      # Kafka's form of a random uuid; like Kafka's Uuid.randomUuid, never one starting with '-'
+      # (one in 64 would), which the storage tool would take for a flag.
+      CID="$(python3 -c 'import base64,uuid
+while (s := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"): pass
+print(s)')"
       if ! "$HERE/run-class.sh" kafka.tools.StorageTool format -t "$CID" -c "$PROPS" >"$STATE/format.log" 2>&1; then
         echo "kafka-ref.sh: storage format failed:" >&2
         cat "$STATE/format.log" >&2

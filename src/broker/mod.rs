@@ -227,7 +227,7 @@ impl Broker {
                     break;
                 }
             }
-            let id = id.unwrap_or_else(metadata::new_topic_id);
+            let id = id.unwrap_or_else(metadata::random_kafka_uuid);
             let topic_name: Arc<str> = Arc::from(name.as_str());
             let mut partitions = Vec::new();
             for p in 0..=max {
@@ -457,7 +457,7 @@ impl Broker {
         }
         store.set(name, configs.clone()).map_err(|e| TopicError::Storage(e.to_string()))?;
         drop(store);
-        let id = metadata::new_topic_id();
+        let id = metadata::random_kafka_uuid();
         let topic_name: Arc<str> = Arc::from(name);
         let log_config = topic_config::log_config(&topic_config::effective(&self.topic_defaults.read(), &configs));
         let parts = self

@@ -48,9 +48,10 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 /// Kafka's textual form of a topic id: URL-safe base64 of the 16 bytes, no padding.
 pub use crate::log::partition_metadata::{topic_id_from_str as parse_kafka_uuid, topic_id_to_string as kafka_uuid_string};
 
-/// A random id that is neither nil nor Kafka's reserved "metadata topic" id, and whose textual
-/// form does not start with '-' (Kafka's rule, so it is never mistaken for a CLI flag).
-pub fn new_topic_id() -> Uuid {
+/// A random id (for topics, the cluster and log dirs) that is neither nil nor Kafka's reserved
+/// "metadata topic" id, and whose textual form does not start with '-' (Kafka's `Uuid.randomUuid`
+/// rule, so `kafka-storage format -t <id>` and other tools never take it for a flag).
+pub fn random_kafka_uuid() -> Uuid {
     loop {
         let id = Uuid::new_v4();
         if !id.is_nil() && !kafka_uuid_string(id).starts_with('-') && id.as_u128() != 1 {
@@ -101,11 +102,11 @@ pub fn load_or_format(log_dirs: &[PathBuf], node_id: i32) -> Result<String, Meta
             Err(e) => return Err(io_err("read", &path)(e)),
         }
     }
-    let cluster_id = cluster_id.unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+    let cluster_id = cluster_id.unwrap_or_else(|| kafka_uuid_string(random_kafka_uuid()));
     for dir in missing {
         let text = format!(
             "#\n#Written by sluice\nnode.id={node_id}\ndirectory.id={}\nversion=1\ncluster.id={cluster_id}\n",
-            kafka_uuid_string(new_topic_id())
+            kafka_uuid_string(random_kafka_uuid())
         );
         write_atomically(&dir.join("meta.properties"), text.as_bytes())?;
         tracing::info!(dir = %dir.display(), %cluster_id, "formatted log dir");
@@ -243,12 +244,21 @@ mod tests {
 
     #[test]
     fn kafka_uuid_text_round_trips() {
-        let id = new_topic_id();
+        let id = random_kafka_uuid();
         let s = kafka_uuid_string(id);
         assert_eq!(s.len(), 22);
         assert_eq!(parse_kafka_uuid(&s), Some(id));
         // Kafka's example id from its docs.
         assert!(parse_kafka_uuid("zJXwnWbVQvWzSCeDUoYtaw").is_some());
+    }
+
+    #[test]
+    fn random_ids_never_start_with_a_dash() {
+        // One raw v4 id in 64 encodes with a leading '-'; 5,000 draws would all but surely hit one.
+        for _ in 0..5000 {
+            let s = kafka_uuid_string(random_kafka_uuid());
+            assert!(!s.starts_with('-'), "{s}");
+        }
     }
 
     #[test]
