@@ -5,7 +5,6 @@
 //! Kafka does); acks=1 and acks=-1 answer after the append. On one node the ISR is this broker,
 //! so acks=all is satisfied as soon as the leader has appended.
 
-use bytes::BytesMut;
 use kafka_protocol::messages::produce_response::*;
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
@@ -61,10 +60,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceRespons
                 match pd.records {
                     None => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
                     Some(r) if r.is_empty() => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
-                    Some(records) => {
-                        let mut buf = BytesMut::from(&records[..]);
-                        p.append(&mut buf, now).map_err(|e| append_error(&e))
-                    }
+                    Some(records) => p.append(records, now).map_err(|e| append_error(&e)),
                 }
             } else {
                 Err((ResponseError::UnknownTopicOrPartition, String::new()))

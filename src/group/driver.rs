@@ -250,7 +250,7 @@ impl Groups {
             let mut buf = BytesMut::new();
             RecordBatchEncoder::encode(&mut buf, &batch, &RecordEncodeOptions { version: 2, compression: Compression::None })
                 .map_err(|e| GroupError::Encode(e.to_string()))?;
-            partition.append(&mut buf, now).map_err(|source| GroupError::Append { partition: p, source })?;
+            partition.append(buf.freeze(), now).map_err(|source| GroupError::Append { partition: p, source })?;
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ fn small() -> LogConfig {
 
 fn append(log: &mut PartitionLog, key: &str, value: Option<&str>, ts: i64) {
     let mut b = encode_uncompressed_batch(&[SimpleRecord { timestamp: ts, key: Some(key.as_bytes()), value: value.map(str::as_bytes) }]);
-    log.append_as_leader(&mut b, 0, ts).unwrap();
+    log.append_as_leader(b.clone().into(), 0, ts).unwrap();
 }
 
 /// (offset, key, value) of every record, in log order.

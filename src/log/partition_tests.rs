@@ -46,11 +46,11 @@ fn append_read_round_trip_assigns_offsets() {
     for io in test_backends() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), LogConfig::default(), &io);
-        let a = log.append_as_leader(&mut batch_with(3, 1000, 10), 0, 1000).unwrap();
+        let a = log.append_as_leader(batch_with(3, 1000, 10).into(), 0, 1000).unwrap();
         assert_eq!((a.base_offset, a.last_offset, a.record_count, a.batch_count), (0, 2, 3, 1));
         let mut two = batch_with(2, 2000, 10);
         two.extend(batch_with(4, 2000, 10));
-        let b = log.append_as_leader(&mut two, 0, 2000).unwrap();
+        let b = log.append_as_leader(two.clone().into(), 0, 2000).unwrap();
         assert_eq!((b.base_offset, b.last_offset, b.batch_count), (3, 8, 2));
         assert_eq!(log.log_end_offset(), 9);
         let r = log.read(0, 1 << 20, i64::MAX, false).unwrap();
@@ -77,7 +77,7 @@ fn segments_roll_by_size_and_by_time() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), small_config(), &io);
         for i in 0..20 {
-            log.append_as_leader(&mut batch_with(2, 1000 + i, 400), 1, 1000 + i).unwrap();
+            log.append_as_leader(batch_with(2, 1000 + i, 400).into(), 1, 1000 + i).unwrap();
         }
         assert!(log.segment_count() > 3, "size roll expected, got {}", log.segment_count());
         for base in log.segment_base_offsets() {
@@ -88,10 +88,10 @@ fn segments_roll_by_size_and_by_time() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = LogConfig { segment_ms: 1000, ..LogConfig::default() };
         let mut log = open(dir.path(), cfg, &io);
-        log.append_as_leader(&mut batch_with(1, 10_000, 10), 0, 10_000).unwrap();
-        log.append_as_leader(&mut batch_with(1, 10_500, 10), 0, 10_500).unwrap();
+        log.append_as_leader(batch_with(1, 10_000, 10).into(), 0, 10_000).unwrap();
+        log.append_as_leader(batch_with(1, 10_500, 10).into(), 0, 10_500).unwrap();
         assert_eq!(log.segment_count(), 1);
-        log.append_as_leader(&mut batch_with(1, 11_001, 10), 0, 11_001).unwrap();
+        log.append_as_leader(batch_with(1, 11_001, 10).into(), 0, 11_001).unwrap();
         assert_eq!(log.segment_base_offsets(), vec![0, 2]);
     }
 }
@@ -104,7 +104,7 @@ fn index_lookup_lands_on_the_right_batch_across_many_segments() {
         let mut expected = Vec::new();
         for i in 0..200i64 {
             let n = (i % 3 + 1) as usize;
-            let a = log.append_as_leader(&mut batch_with(n, i * 10, 50), 0, i * 10).unwrap();
+            let a = log.append_as_leader(batch_with(n, i * 10, 50).into(), 0, i * 10).unwrap();
             expected.push((a.base_offset, a.last_offset));
         }
         assert!(log.segment_count() > 5);
@@ -126,7 +126,7 @@ fn reopen_after_clean_close_keeps_everything() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), small_config(), &io);
         for i in 0..50 {
-            log.append_as_leader(&mut batch_with(2, 100 + i, 120), (i / 10) as i32, 100 + i).unwrap();
+            log.append_as_leader(batch_with(2, 100 + i, 120).into(), (i / 10) as i32, 100 + i).unwrap();
         }
         log.flush().unwrap();
         let before = read_all(&log);
@@ -161,7 +161,7 @@ fn torn_tail_is_truncated_on_recovery() {
         let cfg = LogConfig { index_interval_bytes: 64, ..LogConfig::default() };
         let mut log = open(dir.path(), cfg.clone(), &io);
         for i in 0..10 {
-            log.append_as_leader(&mut batch_with(2, i, 30), 0, i).unwrap();
+            log.append_as_leader(batch_with(2, i, 30).into(), 0, i).unwrap();
         }
         let good_len = log.size_bytes();
         let path = active_log_path(&log);
@@ -192,7 +192,7 @@ fn torn_tail_is_truncated_on_recovery() {
             assert_eq!(log.size_bytes(), expected_len, "round {round}: exact truncation");
             assert_eq!(fs::metadata(&path).unwrap().len(), expected_len);
             assert_eq!(log.log_end_offset(), next);
-            let a = log.append_as_leader(&mut batch_with(1, 50, 30), 0, 50).unwrap();
+            let a = log.append_as_leader(batch_with(1, 50, 30).into(), 0, 50).unwrap();
             assert_eq!(a.base_offset, next);
             next += 1;
             drop(log);
@@ -209,7 +209,7 @@ fn missing_index_files_are_rebuilt() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), small_config(), &io);
         for i in 0..60 {
-            log.append_as_leader(&mut batch_with(1, i, 100), 0, i).unwrap();
+            log.append_as_leader(batch_with(1, i, 100).into(), 0, i).unwrap();
         }
         let before = read_all(&log);
         let bases = log.segment_base_offsets();
@@ -232,7 +232,7 @@ fn stray_files_from_interrupted_operations_are_removed() {
     let io = test_backends().remove(0);
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), LogConfig::default(), &io);
-    log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0).unwrap();
+    log.append_as_leader(batch_with(1, 0, 10).into(), 0, 0).unwrap();
     drop(log);
     for name in ["00000000000000000005.log.deleted", "00000000000000000000.log.cleaned", "x.swap", "00000000000000000099.index"] {
         fs::write(dir.path().join(name), b"junk").unwrap();
@@ -254,7 +254,7 @@ fn retention_by_time_and_size_deletes_whole_old_segments_but_never_the_active_on
         let cfg = LogConfig { retention_ms: 10_000, ..small_config() };
         let mut log = open(dir.path(), cfg, &io);
         for i in 0..40i64 {
-            log.append_as_leader(&mut batch_with(1, i * 1000, 400), 0, i * 1000).unwrap();
+            log.append_as_leader(batch_with(1, i * 1000, 400).into(), 0, i * 1000).unwrap();
         }
         let segs = log.segment_count();
         assert!(segs > 4);
@@ -275,7 +275,7 @@ fn retention_by_time_and_size_deletes_whole_old_segments_but_never_the_active_on
         let cfg = LogConfig { retention_bytes: 5000, retention_ms: -1, ..small_config() };
         let mut log = open(dir.path(), cfg, &io);
         for i in 0..40i64 {
-            log.append_as_leader(&mut batch_with(1, i, 400), 0, i).unwrap();
+            log.append_as_leader(batch_with(1, i, 400).into(), 0, i).unwrap();
         }
         log.enforce_retention(100).unwrap();
         assert!(log.size_bytes() >= 5000 - 4096 && log.size_bytes() < 5000 + 4096, "size {}", log.size_bytes());
@@ -290,7 +290,7 @@ fn delete_records_before_moves_log_start_and_deletes_segments() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), small_config(), &io);
         for i in 0..40i64 {
-            log.append_as_leader(&mut batch_with(1, i, 400), 0, i).unwrap();
+            log.append_as_leader(batch_with(1, i, 400).into(), 0, i).unwrap();
         }
         let segs = log.segment_count();
         assert_eq!(log.delete_records_before(25).unwrap(), 25);
@@ -305,7 +305,7 @@ fn delete_records_before_moves_log_start_and_deletes_segments() {
         let mut log = open(dir.path(), small_config(), &io);
         log.set_log_start_offset(40);
         assert_eq!(log.log_start_offset(), 40);
-        assert_eq!(log.append_as_leader(&mut batch_with(1, 0, 1), 0, 0).unwrap().base_offset, 40);
+        assert_eq!(log.append_as_leader(batch_with(1, 0, 1).into(), 0, 0).unwrap().base_offset, 40);
     }
 }
 
@@ -316,7 +316,7 @@ fn offset_for_timestamp_is_exact_for_uncompressed_batches() {
         let mut log = open(dir.path(), small_config(), &io);
         // batch i holds 5 records with timestamps 100*i .. 100*i+4
         for i in 0..60i64 {
-            log.append_as_leader(&mut batch_with(5, i * 100, 60), 0, 0).unwrap();
+            log.append_as_leader(batch_with(5, i * 100, 60).into(), 0, 0).unwrap();
         }
         assert!(log.segment_count() > 2);
         assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 0)));
@@ -343,7 +343,7 @@ fn log_append_time_stamps_batches() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = LogConfig { message_timestamp_type_log_append: true, ..LogConfig::default() };
     let mut log = open(dir.path(), cfg, &io);
-    let a = log.append_as_leader(&mut batch_with(3, 5, 10), 0, 777).unwrap();
+    let a = log.append_as_leader(batch_with(3, 5, 10).into(), 0, 777).unwrap();
     assert_eq!(a.log_append_time, 777);
     let r = log.read(0, 1 << 20, i64::MAX, false).unwrap();
     let h = BatchHeader::parse(&r.records).unwrap();
@@ -352,17 +352,50 @@ fn log_append_time_stamps_batches() {
 }
 
 #[test]
+fn leader_append_writes_patched_headers_and_leaves_the_request_bytes_alone() {
+    for log_append in [false, true] {
+        for io in test_backends() {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = LogConfig { message_timestamp_type_log_append: log_append, ..LogConfig::default() };
+            let mut log = open(dir.path(), cfg, &io);
+            log.append_as_leader(batch_with(2, 5, 10).into(), 0, 100).unwrap();
+            let mut three = batch_with(1, 10, 30);
+            three.extend(batch_with(4, 20, 10));
+            three.extend(batch_with(2, 30, 50));
+            let request = Bytes::from(three.clone());
+            let a = log.append_as_leader(request.clone(), 7, 999).unwrap();
+            assert_eq!((a.base_offset, a.last_offset, a.batch_count), (2, 8, 3));
+            assert!(request[..] == three[..], "the request buffer must not change");
+            let r = log.read(2, 1 << 20, i64::MAX, false).unwrap();
+            assert_eq!(r.records.len(), three.len());
+            assert_eq!(batch_offsets(&r.records), vec![(2, 2), (3, 6), (7, 8)]);
+            for ((_, written), (_, sent)) in BatchIter::new(&r.records).map(Result::unwrap).zip(BatchIter::new(&three).map(Result::unwrap)) {
+                assert!(crc_is_valid(written), "{} {log_append}", io.name());
+                let h = BatchHeader::parse(written).unwrap();
+                assert_eq!(h.partition_leader_epoch, 7);
+                assert_eq!(h.is_log_append_time(), log_append);
+                if log_append {
+                    assert_eq!(h.max_timestamp, 999);
+                }
+                // Everything after the header is the client's bytes, unchanged.
+                assert_eq!(written[BATCH_HEADER_LEN..], sent[BATCH_HEADER_LEN..]);
+            }
+        }
+    }
+}
+
+#[test]
 fn oversized_and_corrupt_batches_are_rejected_with_kafka_errors() {
     let io = test_backends().remove(0);
     let dir = tempfile::tempdir().unwrap();
     let cfg = LogConfig { max_message_bytes: 200, ..LogConfig::default() };
     let mut log = open(dir.path(), cfg, &io);
-    let err = log.append_as_leader(&mut batch_with(1, 0, 300), 0, 0).unwrap_err();
+    let err = log.append_as_leader(batch_with(1, 0, 300).into(), 0, 0).unwrap_err();
     assert!(matches!(err, LogError::Validation(ProduceValidationError::MessageTooLarge { max: 200, .. })), "{err}");
     let mut bad = batch_with(1, 0, 10);
     let last = bad.len() - 1;
     bad[last] ^= 1;
-    let err = log.append_as_leader(&mut bad, 0, 0).unwrap_err();
+    let err = log.append_as_leader(bad.clone().into(), 0, 0).unwrap_err();
     assert!(matches!(err, LogError::Validation(ProduceValidationError::CorruptMessage(_))), "{err}");
     assert_eq!(log.log_end_offset(), 0);
     assert_eq!(log.size_bytes(), 0);
@@ -373,10 +406,10 @@ fn leader_epochs_are_persisted_reloaded_and_truncated() {
     for io in test_backends() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path(), LogConfig::default(), &io);
-        log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0).unwrap();
-        log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0).unwrap();
-        log.append_as_leader(&mut batch_with(2, 0, 10), 3, 0).unwrap();
-        log.append_as_leader(&mut batch_with(2, 0, 10), 5, 0).unwrap();
+        log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0).unwrap();
+        log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0).unwrap();
+        log.append_as_leader(batch_with(2, 0, 10).into(), 3, 0).unwrap();
+        log.append_as_leader(batch_with(2, 0, 10).into(), 5, 0).unwrap();
         assert_eq!(fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).unwrap(), "0\n3\n0 0\n3 4\n5 6\n");
         assert_eq!(log.end_offset_for_epoch(0), Some((0, 4)));
         assert_eq!(log.end_offset_for_epoch(4), Some((3, 6)));
@@ -388,7 +421,7 @@ fn leader_epochs_are_persisted_reloaded_and_truncated() {
         assert_eq!(log.log_end_offset(), 4);
         assert_eq!(log.latest_epoch(), Some(0));
         assert_eq!(fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).unwrap(), "0\n1\n0 0\n");
-        assert_eq!(log.append_as_leader(&mut batch_with(1, 0, 10), 6, 0).unwrap().base_offset, 4);
+        assert_eq!(log.append_as_leader(batch_with(1, 0, 10).into(), 6, 0).unwrap().base_offset, 4);
         assert_eq!(log.end_offset_for_epoch(0), Some((0, 4)));
     }
 }
@@ -401,10 +434,10 @@ fn leader_epochs_lost_before_a_flush_are_restored_from_the_batches() {
     let cfg = LogConfig { segment_bytes: 2048, ..LogConfig::default() };
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), cfg.clone(), &io);
-    log.append_as_leader(&mut batch_with(2, 0, 1500), 0, 0).unwrap();
-    log.append_as_leader(&mut batch_with(2, 0, 10), 3, 0).unwrap();
-    log.append_as_leader(&mut batch_with(2, 0, 10), 3, 0).unwrap();
-    log.append_as_leader(&mut batch_with(2, 0, 10), 5, 0).unwrap();
+    log.append_as_leader(batch_with(2, 0, 1500).into(), 0, 0).unwrap();
+    log.append_as_leader(batch_with(2, 0, 10).into(), 3, 0).unwrap();
+    log.append_as_leader(batch_with(2, 0, 10).into(), 3, 0).unwrap();
+    log.append_as_leader(batch_with(2, 0, 10).into(), 5, 0).unwrap();
     assert!(log.segment_base_offsets().len() >= 2, "{:?}", log.segment_base_offsets());
     drop(log);
     // What a crash can leave: the checkpoint as it was at the roll (epoch 0 only), or none.
@@ -432,15 +465,15 @@ fn follower_append_keeps_offsets_and_rejects_going_backwards() {
         let mut b = batch_with(3, 0, 10);
         set_base_offset(&mut b, 100);
         set_partition_leader_epoch(&mut b, 2);
-        let a = log.append_as_follower(&b).unwrap();
+        let a = log.append_as_follower(b.clone().into()).unwrap();
         assert_eq!((a.base_offset, a.last_offset), (100, 102));
         assert_eq!(log.log_start_offset(), 100);
         assert_eq!(log.segment_base_offsets(), vec![100]);
         assert_eq!(log.latest_epoch(), Some(2));
-        assert!(matches!(log.append_as_follower(&b), Err(LogError::NonMonotonicOffset { .. })));
+        assert!(matches!(log.append_as_follower(b.clone().into()), Err(LogError::NonMonotonicOffset { .. })));
         let mut c = batch_with(1, 0, 10);
         set_base_offset(&mut c, 110);
-        log.append_as_follower(&c).unwrap();
+        log.append_as_follower(c.clone().into()).unwrap();
         assert_eq!(log.log_end_offset(), 111);
         assert_eq!(batch_offsets(&log.read(105, 1000, i64::MAX, false).unwrap().records), vec![(110, 110)]);
         drop(log);
@@ -454,7 +487,7 @@ fn truncate_below_log_start_restarts_the_log_there() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), small_config(), &io);
     for i in 0..30 {
-        log.append_as_leader(&mut batch_with(1, i, 400), 0, i).unwrap();
+        log.append_as_leader(batch_with(1, i, 400).into(), 0, i).unwrap();
     }
     log.truncate_to(12).unwrap();
     assert_eq!(log.log_end_offset(), 12);
@@ -470,7 +503,7 @@ fn delete_files_removes_the_partition_directory() {
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join("t-0");
     let mut log = open(&dir, LogConfig::default(), &io);
-    log.append_as_leader(&mut batch_with(1, 0, 1), 0, 0).unwrap();
+    log.append_as_leader(batch_with(1, 0, 1).into(), 0, 0).unwrap();
     log.delete_files().unwrap();
     assert!(!dir.exists());
 }
@@ -507,7 +540,7 @@ proptest! {
                         for _ in 0..*batches {
                             buf.extend(batch_with(*records as usize, 1000, *value_len as usize));
                         }
-                        let a = log.append_as_leader(&mut buf, 0, 1000).unwrap();
+                        let a = log.append_as_leader(buf.clone().into(), 0, 1000).unwrap();
                         prop_assert_eq!(a.base_offset, acked.last().map_or(0, |b| b.1 + 1));
                         acked.extend(batch_offsets(&log.read(a.base_offset, 1 << 20, i64::MAX, false).unwrap().records));
                     }
@@ -571,7 +604,7 @@ impl IoBackend for FaultyBackend {
 }
 
 impl crate::log::SegmentFile for FaultyFile {
-    fn write_at(&self, pos: u64, data: &[u8]) -> std::io::Result<()> {
+    fn write_at(&self, pos: u64, data: &[bytes::Bytes]) -> std::io::Result<()> {
         Faults::check(&self.faults.write)?;
         self.inner.write_at(pos, data)
     }
@@ -599,9 +632,9 @@ fn failed_write_or_fsync_poisons_the_log_until_reopen() {
     let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), LogConfig::default(), &io);
-    log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0).unwrap();
+    log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0).unwrap();
     Faults::set(&faults.write, true);
-    match log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0) {
+    match log.append_as_leader(batch_with(1, 0, 10).into(), 0, 0) {
         Err(LogError::Io { path, op, .. }) => {
             assert!(path.ends_with("00000000000000000000.log"), "{path:?}");
             assert_eq!(op, "append");
@@ -610,7 +643,7 @@ fn failed_write_or_fsync_poisons_the_log_until_reopen() {
     }
     Faults::set(&faults.write, false);
     assert!(log.is_poisoned());
-    assert!(matches!(log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0), Err(LogError::Poisoned { .. })));
+    assert!(matches!(log.append_as_leader(batch_with(1, 0, 10).into(), 0, 0), Err(LogError::Poisoned { .. })));
     assert!(matches!(log.flush(), Err(LogError::Poisoned { .. })));
     drop(log);
 
@@ -618,11 +651,11 @@ fn failed_write_or_fsync_poisons_the_log_until_reopen() {
     Faults::set(&faults.sync, true);
     assert!(matches!(log.flush(), Err(LogError::Io { op: "fsync", .. })));
     Faults::set(&faults.sync, false);
-    assert!(matches!(log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0), Err(LogError::Poisoned { .. })));
+    assert!(matches!(log.append_as_leader(batch_with(1, 0, 10).into(), 0, 0), Err(LogError::Poisoned { .. })));
     drop(log);
     let mut log = open(dir.path(), LogConfig::default(), &io);
     assert_eq!(log.log_end_offset(), 2);
-    assert_eq!(log.append_as_leader(&mut batch_with(1, 0, 10), 0, 0).unwrap().base_offset, 2);
+    assert_eq!(log.append_as_leader(batch_with(1, 0, 10).into(), 0, 0).unwrap().base_offset, 2);
 }
 
 #[test]
@@ -633,8 +666,8 @@ fn flush_messages_setting_triggers_fsync_after_enough_records() {
     let cfg = LogConfig { flush_interval_messages: 3, ..LogConfig::default() };
     let mut log = open(dir.path(), cfg, &io);
     Faults::set(&faults.sync, true);
-    log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0).unwrap(); // 2 < 3: no fsync
+    log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0).unwrap(); // 2 < 3: no fsync
     // 4 >= 3 records: the write succeeds and the fsync it triggers fails, proving it ran.
-    assert!(matches!(log.append_as_leader(&mut batch_with(2, 0, 10), 0, 0), Err(LogError::Io { op: "fsync", .. })));
+    assert!(matches!(log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0), Err(LogError::Io { op: "fsync", .. })));
     assert!(log.is_poisoned());
 }

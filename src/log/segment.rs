@@ -356,13 +356,14 @@ impl Segment {
     }
 
     /// Appends already-validated batches at the end of the file and indexes them.
-    /// `batches` holds each batch's header and its byte offset within `data`.
-    pub fn append(&mut self, data: &[u8], batches: &[(usize, BatchHeader)]) -> Result<(), LogError> {
+    /// `parts` concatenated are the batches; `batches` holds each batch's header and its byte
+    /// offset within that concatenation.
+    pub fn append(&mut self, parts: &[Bytes], batches: &[(usize, BatchHeader)]) -> Result<(), LogError> {
         let start = self.size;
         self.file
-            .write_at(start, data)
+            .write_at(start, parts)
             .map_err(|e| LogError::io(&self.log_path, "append", e))?;
-        self.size += data.len() as u64;
+        self.size += parts.iter().map(|p| p.len() as u64).sum::<u64>();
         if self.first_batch_timestamp.is_none() {
             self.first_batch_timestamp = batches.first().map(|(_, h)| h.max_timestamp);
         }

@@ -185,10 +185,10 @@ mod tests {
     fn append(b: &Broker, topic: &str, p: i32, n: usize, ts: i64) {
         let value = [7u8; 10];
         let records: Vec<SimpleRecord> = (0..n).map(|_| SimpleRecord { timestamp: ts, key: None, value: Some(&value) }).collect();
-        let mut batch = encode_uncompressed_batch(&records);
+        let batch = encode_uncompressed_batch(&records);
         let t = b.topic(topic).unwrap();
         let part = t.partition(p).unwrap();
-        let a = part.append(&mut batch, ts).unwrap();
+        let a = part.append(batch.into(), ts).unwrap();
         b.metrics.record_produce(&t.name, p, a.records, a.bytes);
     }
 

@@ -233,11 +233,22 @@ pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
     if batch.len() < BATCH_HEADER_LEN {
         return;
     }
-    let attributes = be_i16(batch, ATTRIBUTES_POS) | TIMESTAMP_TYPE_BIT;
-    batch[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attributes.to_be_bytes());
-    batch[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&timestamp.to_be_bytes());
-    let crc = compute_crc(batch);
-    batch[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+    let (header, body) = batch.split_at_mut(BATCH_HEADER_LEN);
+    set_log_append_time_split(header, body, timestamp);
+}
+
+/// [`set_log_append_time`] for a batch held as its 61-byte header and, elsewhere, the rest of
+/// it: only the header changes (the CRC is computed across both). No-op unless `header` is
+/// exactly one header long.
+pub fn set_log_append_time_split(header: &mut [u8], body: &[u8], timestamp: i64) {
+    if header.len() != BATCH_HEADER_LEN {
+        return;
+    }
+    let attributes = be_i16(header, ATTRIBUTES_POS) | TIMESTAMP_TYPE_BIT;
+    header[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attributes.to_be_bytes());
+    header[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&timestamp.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[CRC_START..]), body);
+    header[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Iterates complete batches in a buffer. A trailing partial batch (fewer bytes than its

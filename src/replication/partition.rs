@@ -15,6 +15,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -105,13 +106,13 @@ impl Partition {
         self.state.lock().log.log_end_offset()
     }
 
-    /// Appends a produce request's records as leader. The buffer is rewritten in place
-    /// (offsets, leader epoch) before it reaches the log.
-    pub fn append(&self, records: &mut [u8], now_ms: i64) -> Result<Appended, AppendError> {
+    /// Appends a produce request's records as leader. `records` is shared, not copied: the
+    /// log writes patched headers (offsets, leader epoch) around the client's bytes.
+    pub fn append(&self, records: Bytes, now_ms: i64) -> Result<Appended, AppendError> {
         let mut st = self.state.lock();
         // Idempotence: look at every batch header first; nothing is appended unless all pass.
         let mut headers: Vec<BatchHeader> = Vec::new();
-        for item in BatchIter::new(records) {
+        for item in BatchIter::new(&records) {
             let (h, _) = item.map_err(|e| AppendError::Corrupt(e.to_string()))?;
             headers.push(h);
         }
@@ -141,9 +142,11 @@ impl Partition {
             }
         }
         let info = st.log.append_as_leader(records, self.leader_epoch, now_ms)?;
-        for (h, _) in BatchIter::new(records).flatten() {
-            st.producers.record(&h);
-        }
+        // The one batch as written: the log assigned its offsets.
+        let mut written = headers[0];
+        written.base_offset = info.base_offset;
+        written.partition_leader_epoch = self.leader_epoch;
+        st.producers.record(&written);
         let leo = st.log.log_end_offset();
         drop(st);
         self.high_watermark.fetch_max(leo, Ordering::AcqRel);
@@ -282,20 +285,20 @@ mod tests {
         let p = open();
         let mut offsets = Vec::new();
         for seq in 0..6 {
-            offsets.push(p.append(&mut idempotent_batch(7, seq * 3, 3), 0).unwrap().base_offset);
+            offsets.push(p.append(idempotent_batch(7, seq * 3, 3).into(), 0).unwrap().base_offset);
         }
-        assert_eq!(p.append(&mut idempotent_batch(9, 0, 2), 0).unwrap().base_offset, 18);
+        assert_eq!(p.append(idempotent_batch(9, 0, 2).into(), 0).unwrap().base_offset, 18);
         assert!(p.segment_count() > 2, "{} segments", p.segment_count());
         drop(p);
 
         let p = open();
         // A retry of producer 7's last batch is acknowledged at its original offsets, unwritten.
-        let dup = p.append(&mut idempotent_batch(7, 15, 3), 0).unwrap();
+        let dup = p.append(idempotent_batch(7, 15, 3).into(), 0).unwrap();
         assert_eq!((dup.base_offset, dup.records), (offsets[5], 0));
         assert_eq!(p.log_end_offset(), 20);
         // A gap is refused; the next sequence of each producer is appended.
-        assert!(matches!(p.append(&mut idempotent_batch(7, 19, 1), 0), Err(AppendError::OutOfOrderSequence)));
-        assert_eq!(p.append(&mut idempotent_batch(7, 18, 1), 0).unwrap().base_offset, 20);
-        assert_eq!(p.append(&mut idempotent_batch(9, 2, 1), 0).unwrap().base_offset, 21);
+        assert!(matches!(p.append(idempotent_batch(7, 19, 1).into(), 0), Err(AppendError::OutOfOrderSequence)));
+        assert_eq!(p.append(idempotent_batch(7, 18, 1).into(), 0).unwrap().base_offset, 20);
+        assert_eq!(p.append(idempotent_batch(9, 2, 1).into(), 0).unwrap().base_offset, 21);
     }
 }

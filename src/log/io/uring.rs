@@ -11,8 +11,9 @@
 //! blocking reply channel is cheaper than waking an async runtime.
 //!
 //! # Invariants
-//! - An op's buffer is owned by the storage thread from submission until its completion is
-//!   reaped; the kernel never sees a pointer into memory that can move or be freed.
+//! - An op's buffers are owned by the storage thread from submission until its completion is
+//!   reaped; the kernel never sees a pointer into memory that can move or be freed. Writes
+//!   hold shared, immutable `Bytes` (the caller's buffers, not copies).
 //! - The file descriptor stays open until completion: the caller holds the `SegmentFile`
 //!   (which owns the `File`) and blocks until the reply arrives.
 //! - If the storage thread is gone, every call fails with `BrokenPipe` instead of hanging.
@@ -23,20 +24,34 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::mpsc;
 
+use bytes::Bytes;
 use io_uring::{opcode, types, IoUring};
 
 use super::{IoBackend, SegmentFile};
 
 const RING_ENTRIES: u32 = 256;
-/// Largest single read/write handed to the kernel; longer buffers complete as short I/O and
+/// Largest single read handed to the kernel; longer reads complete as short I/O and
 /// are resubmitted for the remainder.
 const MAX_CHUNK: usize = 1 << 30;
 
+/// Most iovecs one `writev` takes (Linux `UIO_MAXIOV`); a longer write completes short and is
+/// resubmitted for the rest.
+const IOV_MAX: usize = 1024;
+
 enum OpKind {
-    Write { buf: Vec<u8>, done: usize },
+    /// `iov` is rebuilt for the unwritten remainder at each (re)submission.
+    Write { parts: Vec<Bytes>, iov: IoVecs, done: usize, total: usize },
     Read { buf: Vec<u8>, done: usize },
     Fsync,
 }
+
+/// The iovecs of a write, pointing into the same op's `parts`.
+#[derive(Default)]
+struct IoVecs(Vec<libc::iovec>);
+
+// SAFETY: the raw pointers only ever target the `Bytes` owned by the same `Op` (immutable and
+// themselves `Send`); the vector is rebuilt on the storage thread before each submission.
+unsafe impl Send for IoVecs {}
 
 struct Op {
     fd: RawFd,
@@ -108,11 +123,14 @@ fn stopped() -> io::Error {
 }
 
 impl SegmentFile for UringSegmentFile {
-    fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
-        if data.is_empty() {
+    fn write_at(&self, pos: u64, parts: &[Bytes]) -> io::Result<()> {
+        let total = parts.iter().map(Bytes::len).sum();
+        if total == 0 {
             return Ok(());
         }
-        self.call(pos, OpKind::Write { buf: data.to_vec(), done: 0 }).map(|_| ())
+        // Cloning `Bytes` shares the caller's buffers (no copy); the op keeps them alive until
+        // its completion is reaped, and `Bytes` are immutable, so the kernel reads stable memory.
+        self.call(pos, OpKind::Write { parts: parts.to_vec(), iov: IoVecs::default(), done: 0, total }).map(|_| ())
     }
 
     fn read_at(&self, pos: u64, len: usize) -> io::Result<bytes::Bytes> {
@@ -143,11 +161,25 @@ impl SegmentFile for UringSegmentFile {
 fn sqe_for(op: &mut Op, slot: usize) -> io_uring::squeue::Entry {
     let fd = types::Fd(op.fd);
     let entry = match &mut op.kind {
-        OpKind::Write { buf, done } => {
-            let len = (buf.len() - *done).min(MAX_CHUNK) as u32;
-            // The pointer targets the Vec's heap allocation, which does not move while the Op
-            // sits in its slot (see SAFETY at the push site).
-            opcode::Write::new(fd, buf[*done..].as_ptr(), len).offset(op.offset + *done as u64).build()
+        OpKind::Write { parts, iov: IoVecs(iov), done, .. } => {
+            iov.clear();
+            let mut skip = *done;
+            for part in parts.iter() {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                if iov.len() == IOV_MAX {
+                    break;
+                }
+                let rest = &part[skip..];
+                skip = 0;
+                iov.push(libc::iovec { iov_base: rest.as_ptr() as *mut libc::c_void, iov_len: rest.len() });
+            }
+            // The iovec array and the memory it points at belong to the Op (its `iov` Vec and
+            // `parts`), which do not move or change while the Op sits in its slot (see SAFETY
+            // at the push site).
+            opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(op.offset + *done as u64).build()
         }
         OpKind::Read { buf, done } => {
             let len = (buf.len() - *done).min(MAX_CHUNK) as u32;
@@ -241,11 +273,11 @@ fn storage_thread(mut ring: IoUring, rx: mpsc::Receiver<Op>) {
                 let n = result as usize;
                 match &mut op.kind {
                     OpKind::Fsync => Some(Ok(())),
-                    OpKind::Write { buf, done } => {
+                    OpKind::Write { done, total, .. } => {
                         *done += n;
                         if n == 0 {
                             Some(Err(io::Error::new(io::ErrorKind::WriteZero, "io_uring write returned 0")))
-                        } else if *done < buf.len() {
+                        } else if *done < *total {
                             None
                         } else {
                             Some(Ok(()))
