@@ -43,6 +43,7 @@ WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, ".cache", "bench", "work"
 # a port in that range while no broker listens can self-connect and hold the port.
 PORT = int(os.environ.get("BENCH_PORT", "27192"))
 RDK = os.environ["BENCH_RDKBENCH"]
+FETCHBENCH = os.environ["BENCH_FETCHBENCH"]  # raw Fetch loop (bench/fetchbench.c)
 SLUICE = os.environ["BENCH_SLUICE"]          # a private copy of the binary, taken by run.sh
 PY = sys.executable
 KAFKA_LIBS = os.environ["BENCH_KAFKA_LIBS"]
@@ -394,6 +395,18 @@ def session_main(b, rnd, res, perf_dir):
                   "rss_peak_mib": sampler.max})
         res["consume/rdk/p16"] = r
         log(b.name, rnd, "consume/rdk/p16", r)
+        # The same read without a client library: the broker's ceiling (rdkbench saturates its CPU first).
+        sampler.reset()
+        cpu0 = proc_cpu_s(b.pid)
+        rc, out, err, wall, ccpu = run_client([FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)], timeout=900)
+        j = last_json(out) if rc == 0 else None
+        r = j if j else {"error": first_error(err) or f"exit {rc}"}
+        r.update({"broker_cpu_s": proc_cpu_s(b.pid) - cpu0, "client_cpu_s": ccpu, "client_wall_s": wall,
+                  "rss_peak_mib": sampler.max})
+        if r.get("bytes"):
+            r["broker_cpu_s_per_gib"] = r["broker_cpu_s"] / (r["bytes"] / 2**30)
+        res["consume/fetch/p16"] = r
+        log(b.name, rnd, "consume/fetch/p16", r)
         rc, out, err, wall, ccpu = run_client(tool("kafka-consumer-perf-test.sh") + [
             "--bootstrap-server", BOOT, "--topic", topic, "--num-records", str(n), "--timeout", "30000",
             "--hide-header"], timeout=300)

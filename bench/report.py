@@ -5,11 +5,12 @@ import json, os, statistics
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.abspath(os.environ.get("BENCH_OUT_DIR", HERE))
 R = json.load(open(os.path.join(OUT, "results.json")))
-# Broker CPU per GiB served by the catch-up read (derived: older results lack it).
+# Broker CPU per GiB served by the catch-up reads (derived: older results lack it).
 for _r in R["rounds"]:
-    _c = _r.get("consume/rdk/p16")
-    if isinstance(_c, dict) and _c.get("bytes") and _c.get("broker_cpu_s") is not None:
-        _c["broker_cpu_s_per_gib"] = _c["broker_cpu_s"] / (_c["bytes"] / 2**30)
+    for _k in ("consume/rdk/p16", "consume/fetch/p16"):
+        _c = _r.get(_k)
+        if isinstance(_c, dict) and _c.get("bytes") and _c.get("broker_cpu_s") is not None:
+            _c["broker_cpu_s_per_gib"] = _c["broker_cpu_s"] / (_c["bytes"] / 2**30)
 CFG, M, C = R["config"], R["machine"], R.get("ceilings", {})
 
 
@@ -63,7 +64,9 @@ ROWS.append(("Produce throughput (1 KiB records)", "produce confluent-kafka-pyth
 ROWS += [
     ("Consume (catch-up from offset 0)", "rdkbench group-less fetch of all 16 partitions", ["consume/rdk/p16", "mbps"], "MiB/s", "higher"),
     ("Consume (catch-up from offset 0)", "kafka-consumer-perf-test (consumer group)", ["consume/perftest/p16", "mbps"], "MiB/s", "higher"),
+    ("Consume (catch-up from offset 0)", "raw fetch loop (no client library, bytes discarded), 16 partitions", ["consume/fetch/p16", "mbps"], "MiB/s", "higher"),
     ("Consume (catch-up from offset 0)", "broker CPU per GiB read (rdkbench run)", ["consume/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
+    ("Consume (catch-up from offset 0)", "broker CPU per GiB read (raw fetch loop run)", ["consume/fetch/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", f"p50 at {CFG['lat_rate']} records/s", ["latency", "p50_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99", ["latency", "p99_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99.9", ["latency", "p999_ms"], "ms", "lower"),
@@ -170,15 +173,16 @@ def main():
                 if vals["sluice"] is None and vals["kafka"] is None:
                     continue
                 L.append(f"| {toolname} acks={acks} p{p} | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
-    vals = {}
-    for b in ("sluice", "kafka"):
-        # Older results have no client wall time for the read: rdkbench's own elapsed time stands in.
-        xs = [r["consume/rdk/p16"]["client_cpu_s"] / (r["consume/rdk/p16"].get("client_wall_s") or r["consume/rdk/p16"]["secs"])
-              for r in R["rounds"] if r["broker"] == b and isinstance(r.get("consume/rdk/p16"), dict)
-              and r["consume/rdk/p16"].get("client_cpu_s") is not None and r["consume/rdk/p16"].get("secs")]
-        vals[b] = statistics.median(xs) if xs else None
-    if vals["sluice"] is not None or vals["kafka"] is not None:
-        L.append(f"| rdk consume p16 | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
+    for k, lab in (("consume/rdk/p16", "rdk consume p16"), ("consume/fetch/p16", "raw fetch loop p16")):
+        vals = {}
+        for b in ("sluice", "kafka"):
+            # Older results have no client wall time for the read: rdkbench's own elapsed time stands in.
+            xs = [r[k]["client_cpu_s"] / (r[k].get("client_wall_s") or r[k]["secs"])
+                  for r in R["rounds"] if r["broker"] == b and isinstance(r.get(k), dict)
+                  and r[k].get("client_cpu_s") is not None and r[k].get("secs")]
+            vals[b] = statistics.median(xs) if xs else None
+        if vals["sluice"] is not None or vals["kafka"] is not None:
+            L.append(f"| {lab} | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
     # errors and checks
     notes = []
     for r in R["rounds"]:
@@ -210,9 +214,13 @@ def chart():
                 labels.append(f"{short}\nacks={acks}\n{p}p")
                 S.append(med("sluice", [f"produce/{toolname}/acks={acks}/p{p}", "mbps"]) or 0)
                 K.append(med("kafka", [f"produce/{toolname}/acks={acks}/p{p}", "mbps"]) or 0)
-    labels.append("consume\ncatch-up\n16p")
+    labels.append("rdkbench\ncatch-up\n16p")
     S.append(med("sluice", ["consume/rdk/p16", "mbps"]) or 0)
     K.append(med("kafka", ["consume/rdk/p16", "mbps"]) or 0)
+    if med("sluice", ["consume/fetch/p16", "mbps"]) is not None or med("kafka", ["consume/fetch/p16", "mbps"]) is not None:
+        labels.append("raw fetch\ncatch-up\n16p")
+        S.append(med("sluice", ["consume/fetch/p16", "mbps"]) or 0)
+        K.append(med("kafka", ["consume/fetch/p16", "mbps"]) or 0)
     x = range(len(labels))
     w = 0.38
     a1.bar([i - w / 2 for i in x], S, w, label="sluice", color="#1f77b4")

@@ -49,6 +49,10 @@ RDK="$CACHE/rdkbench"
 if [[ ! -x "$RDK" || "$HERE/rdkbench.c" -nt "$RDK" ]]; then
   cc -O2 -Wall -o "$RDK" "$HERE/rdkbench.c" -lrdkafka -lpthread
 fi
+FETCHBENCH="$CACHE/fetchbench"
+if [[ ! -x "$FETCHBENCH" || "$HERE/fetchbench.c" -nt "$FETCHBENCH" ]]; then
+  cc -O2 -Wall -Wextra -o "$FETCHBENCH" "$HERE/fetchbench.c"
+fi
 
 LIBS="$("$ROOT/compat/kafka/fetch.sh" | tail -n 1)"
 
@@ -66,7 +70,7 @@ commit="$commit (binary built $(date -u -r "$SLUICE_BIN" '+%Y-%m-%d %H:%M UTC'))
 
 if (( $(nproc) >= 2 )); then : "${BENCH_BROKER_CPUS:=0}" "${BENCH_CLIENT_CPUS:=1}"; else : "${BENCH_BROKER_CPUS:=0}" "${BENCH_CLIENT_CPUS:=0}"; fi
 export BENCH_BROKER_CPUS BENCH_CLIENT_CPUS
-export BENCH_RDKBENCH="$RDK" BENCH_SLUICE="$SNAP" BENCH_KAFKA_LIBS="$LIBS" BENCH_SLUICE_COMMIT="$commit"
+export BENCH_RDKBENCH="$RDK" BENCH_FETCHBENCH="$FETCHBENCH" BENCH_SLUICE="$SNAP" BENCH_KAFKA_LIBS="$LIBS" BENCH_SLUICE_COMMIT="$commit"
 export BENCH_WORK="${BENCH_WORK:-$CACHE/work}"
 rm -rf "$BENCH_WORK"; mkdir -p "$BENCH_WORK"
 taskset -c "$BENCH_CLIENT_CPUS" "$VENV/bin/python" "$HERE/bench.py"
