@@ -130,6 +130,9 @@ def main():
     L.append("| ceiling | value |\n| --- | --- |")
     L.append(f"| sequential write, dd bs=1M oflag=direct ({CFG['dd_mib']} MiB of zeros) | {fmt(C.get('dd_direct_mibps'))} MiB/s |")
     L.append(f"| sequential write, dd buffered + fdatasync | {fmt(C.get('dd_buffered_fdatasync_mibps'))} MiB/s |")
+    L.append(f"| CPU to write into the page cache, dd {CFG['dd_mib']} MiB buffered without sync on the broker CPUs, at start / end of the run "
+             f"(the floor of broker CPU per GiB produced) | {fmt(C.get('page_cache_write_cpu_s_per_gib_start'), 2)} / "
+             f"{fmt(C.get('page_cache_write_cpu_s_per_gib_end'), 2)} CPU s/GiB |")
     L.append(f"| fdatasync after 4 KiB append, p50 / p99 | {fmt(C.get('fdatasync_p50_ms'), 2)} / {fmt(C.get('fdatasync_p99_ms'), 2)} ms |")
     L.append(f"| loopback TCP ({C.get('tcp_tool', 'n/a')}, server on broker CPUs, client on client CPUs) | {fmt(C.get('tcp_loopback_mibps'))} MiB/s |")
     L.append("")
