@@ -12,8 +12,8 @@ fn small() -> LogConfig {
 }
 
 fn append(log: &mut PartitionLog, key: &str, value: Option<&str>, ts: i64) {
-    let mut b = encode_uncompressed_batch(&[SimpleRecord { timestamp: ts, key: Some(key.as_bytes()), value: value.map(str::as_bytes) }]);
-    log.append_as_leader(b.clone().into(), 0, ts).unwrap();
+    let b = encode_uncompressed_batch(&[SimpleRecord { timestamp: ts, key: Some(key.as_bytes()), value: value.map(str::as_bytes) }]);
+    log.append_as_leader(b.into(), 0, ts).unwrap();
 }
 
 /// (offset, key, value) of every record, in log order.

@@ -395,7 +395,7 @@ fn oversized_and_corrupt_batches_are_rejected_with_kafka_errors() {
     let mut bad = batch_with(1, 0, 10);
     let last = bad.len() - 1;
     bad[last] ^= 1;
-    let err = log.append_as_leader(bad.clone().into(), 0, 0).unwrap_err();
+    let err = log.append_as_leader(bad.into(), 0, 0).unwrap_err();
     assert!(matches!(err, LogError::Validation(ProduceValidationError::CorruptMessage(_))), "{err}");
     assert_eq!(log.log_end_offset(), 0);
     assert_eq!(log.size_bytes(), 0);
@@ -473,7 +473,7 @@ fn follower_append_keeps_offsets_and_rejects_going_backwards() {
         assert!(matches!(log.append_as_follower(b.clone().into()), Err(LogError::NonMonotonicOffset { .. })));
         let mut c = batch_with(1, 0, 10);
         set_base_offset(&mut c, 110);
-        log.append_as_follower(c.clone().into()).unwrap();
+        log.append_as_follower(c.into()).unwrap();
         assert_eq!(log.log_end_offset(), 111);
         assert_eq!(batch_offsets(&log.read(105, 1000, i64::MAX, false).unwrap().records), vec![(110, 110)]);
         drop(log);
