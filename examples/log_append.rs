@@ -17,7 +17,7 @@ fn main() {
     let value = vec![b'x'; value_len];
     let records: Vec<SimpleRecord> =
         (0..per_batch).map(|_| SimpleRecord { timestamp: 1_700_000_000_000, key: None, value: Some(&value) }).collect();
-    let batch = encode_uncompressed_batch(&records);
+    let batch = bytes::Bytes::from(encode_uncompressed_batch(&records));
     let mut backends: Vec<Arc<dyn IoBackend>> = vec![Arc::new(StdBackend)];
     match UringBackend::new() {
         Ok(b) => backends.push(Arc::new(b)),
@@ -29,8 +29,7 @@ fn main() {
             let mut log = PartitionLog::open(dir.path(), LogConfig::default(), io.clone()).expect("open");
             let started = Instant::now();
             for _ in 0..batches {
-                let mut b = batch.clone();
-                log.append_as_leader(&mut b, 0, 1_700_000_000_000).expect("append");
+                log.append_as_leader(batch.clone(), 0, 1_700_000_000_000).expect("append");
             }
             let append = started.elapsed();
             let started = Instant::now();
