@@ -232,3 +232,76 @@ fn created_and_grown_topics_survive_kill_9_with_their_ids() {
     let after: Vec<_> = (0..3).map(|i| describe(&mut c, &format!("many{i}"))).collect();
     assert_eq!(after, before);
 }
+
+/// Kills a broker that wrote 300 records (100 batches) to `t-0`, flips one byte inside record
+/// 150's value in the active segment, and returns the data dir.
+fn killed_with_record_150_corrupted() -> tempfile::TempDir {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create(&mut c, "t", &[]);
+    for i in 0..100 {
+        produce(&mut c, "t", batch(i * 3, 3));
+    }
+    let dir = b.kill9();
+    let log = dir.path().join("data/t-0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes.windows(10).position(|w| w == b"value-150-").expect("record 150 in the active segment") + 20;
+    bytes[at] ^= 0x01;
+    std::fs::write(&log, bytes).unwrap();
+    dir
+}
+
+fn boot_marker(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("data").join(sluice::broker::boot::MARKER)
+}
+
+#[test]
+fn without_a_marker_from_this_boot_restart_verifies_crcs_and_cuts_at_the_bad_batch() {
+    let dir = killed_with_record_150_corrupted();
+    // As after an OS restart: the marker names another boot.
+    std::fs::write(boot_marker(&dir), "00000000-0000-0000-0000-000000000000\n").unwrap();
+    let b = Broker::start_in(dir, &[]);
+    let mut c = b.connect();
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..150), "the log ends before the corrupt batch");
+    assert_eq!(produce(&mut c, "t", batch(150, 1)), 150);
+    let dir = b.kill9();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(std::fs::read_to_string(boot_marker(&dir)).unwrap().trim(), boot.trim(), "startup records this boot");
+}
+
+#[test]
+fn after_kill_9_in_the_same_boot_restart_does_not_reread_active_segment_crcs() {
+    // The marker from this boot means the OS kept every write whole, so the active segment's
+    // CRCs are not re-read: a flipped bit (which only a failing disk could cause) goes unseen,
+    // as it does in a rolled segment.
+    let dir = killed_with_record_150_corrupted();
+    assert!(boot_marker(&dir).exists());
+    let b = Broker::start_in(dir, &[]);
+    let mut c = b.connect();
+    // Nothing was cut: the corrupt batch is still there (a client's CRC check would refuse it).
+    assert_eq!(offsets(&mut c, "t", -1), 300, "CRCs of the active segment were not verified");
+    assert_eq!(produce(&mut c, "t", batch(300, 1)), 300);
+    assert_eq!(read_all(&mut c, "t", 300), expected(300..301));
+}
+
+#[test]
+fn after_kill_9_in_the_same_boot_a_torn_last_batch_is_cut_off() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create(&mut c, "t", &[]);
+    for i in 0..100 {
+        produce(&mut c, "t", batch(i * 3, 3));
+    }
+    let dir = b.kill9();
+    assert!(boot_marker(&dir).exists());
+    // What a broker killed in the middle of a write leaves: part of a batch.
+    let log = dir.path().join("data/t-0/00000000000000000000.log");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, &batch(300, 3)[..500]).unwrap();
+    drop(f);
+    let b = Broker::start_in(dir, &[]);
+    let mut c = b.connect();
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..300));
+    assert_eq!(produce(&mut c, "t", batch(300, 1)), 300);
+    assert_eq!(read_all(&mut c, "t", 300), expected(300..301));
+}

@@ -27,6 +27,7 @@
 //! missing segment or a missing or malformed `partition.metadata` (rewritten durably with the
 //! topic's id). Topic config overrides are stored durably before any directory is made.
 
+pub mod boot;
 pub mod cleaner;
 pub mod retention;
 
@@ -38,7 +39,7 @@ use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
 
 use crate::config::{topic as topic_config, BrokerConfig, Endpoint};
-use crate::log::{self, IoBackend, LogError, PartitionLog};
+use crate::log::{self, ActiveCheck, IoBackend, LogError, PartitionLog};
 use crate::metadata::{self, MetadataError, ProducerIdAllocator, TopicConfigStore};
 use crate::replication::Partition;
 
@@ -134,9 +135,9 @@ pub struct Broker {
 /// Whether [`Broker::open_partition`] is creating the partition, and how durably.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NewPartition {
-    /// Opening what is on disk (startup): a missing or unreadable `partition.metadata` is
-    /// rewritten durably.
-    No,
+    /// Opening what is on disk (startup), checking the active segment as said (see [`boot`]):
+    /// a missing or unreadable `partition.metadata` is rewritten durably.
+    No(ActiveCheck),
     /// The highest new partition of a create: `partition.metadata`, the partition directory and
     /// the log dir are fsynced before returning. Its presence on disk is what makes the topic
     /// exist at its new size after a restart.
@@ -189,13 +190,35 @@ impl Broker {
         };
         broker.read_start_offsets();
         broker.recompute_topic_defaults();
-        broker.load_topics()?;
+        let boot_id = boot::current_boot_id();
+        let checks: HashMap<PathBuf, ActiveCheck> = broker
+            .config
+            .log_dirs
+            .iter()
+            .map(|d| (d.clone(), boot::active_check(d, boot_id.as_deref())))
+            .collect();
+        for (dir, check) in &checks {
+            tracing::info!(dir = %dir.display(), ?check, "active segments: {}", match check {
+                ActiveCheck::Structure => "no OS restart since this log dir was last opened; checking structure only",
+                ActiveCheck::Crc => "the OS may have restarted since this log dir was last opened; verifying every batch's CRC",
+            });
+        }
+        broker.load_topics(&checks)?;
         broker.groups.load(&broker)?;
+        if let Some(id) = &boot_id {
+            for dir in &broker.config.log_dirs {
+                if let Err(e) = boot::record(dir, id) {
+                    tracing::warn!(dir = %dir.display(), error = %error_chain(&e), "could not record the boot id; the next start verifies CRCs again");
+                }
+            }
+        }
         broker.metrics.set_groups_view(broker.groups.clone());
         Ok(broker)
     }
 
-    fn load_topics(&self) -> Result<(), BrokerError> {
+    /// Opens every partition directory of the log dirs, each active segment checked as `checks`
+    /// says for its log dir.
+    fn load_topics(&self, checks: &HashMap<PathBuf, ActiveCheck>) -> Result<(), BrokerError> {
         // topic -> (partition -> dir)
         let mut found: BTreeMap<String, BTreeMap<i32, PathBuf>> = BTreeMap::new();
         for dir in &self.config.log_dirs {
@@ -238,7 +261,8 @@ impl Broker {
                         Self::place(&mut self.log_dir_loads()).join(format!("{name}-{p}"))
                     }
                 };
-                let part = self.open_partition(&topic_name, p, id, &dir, log_config.clone(), NewPartition::No)?;
+                let check = dir.parent().and_then(|d| checks.get(d)).copied().unwrap_or(ActiveCheck::Crc);
+                let part = self.open_partition(&topic_name, p, id, &dir, log_config.clone(), NewPartition::No(check))?;
                 partitions.push(part);
                 count += 1;
             }
@@ -267,7 +291,11 @@ impl Broker {
         new: NewPartition,
     ) -> Result<Arc<Partition>, BrokerError> {
         let wrap = |source| BrokerError::OpenPartition { topic: topic.to_string(), partition: p, source };
-        let mut log = PartitionLog::open(dir, config, self.io.clone()).map_err(wrap)?;
+        let check = match new {
+            NewPartition::No(check) => check,
+            NewPartition::Durable | NewPartition::Unsynced => ActiveCheck::Crc, // nothing to check yet
+        };
+        let mut log = PartitionLog::open_with(dir, config, self.io.clone(), check).map_err(wrap)?;
         if let Some(start) = self.start_offsets.lock().remove(&(topic.to_string(), p)) {
             log.set_log_start_offset(start);
         }
@@ -279,7 +307,7 @@ impl Broker {
                 }
             }
             NewPartition::Unsynced => log::partition_metadata::write_new_partition_metadata(dir, id).map_err(wrap)?,
-            NewPartition::No => match log::partition_metadata::read_partition_metadata(dir) {
+            NewPartition::No(_) => match log::partition_metadata::read_partition_metadata(dir) {
                 Ok(Some(_)) => {}
                 found => {
                     if let Err(e) = &found {

@@ -7,7 +7,9 @@
 //! A failed write, fsync, roll or truncation poisons the log (`error!` with the path); every
 //! later append, flush or truncation returns [`LogError::Poisoned`]. Reopening recovers from
 //! whatever reached the disk. Only the last segment is scanned on open: a segment is fsynced
-//! when it is rolled, so only the active one can have a torn tail after a crash.
+//! when it is rolled, so only the active one can have a torn tail after a crash. How much of it
+//! is checked is the caller's [`ActiveCheck`]: every batch's CRC when the OS may have lost
+//! writes (Kafka's recovery), or only the structure after the index when it cannot have.
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +27,22 @@ use crate::protocol::record_batch::{
     set_partition_leader_epoch, validate_produce_records, BatchHeader, BatchIter, ProduceValidationError, RecordIter,
     BATCH_HEADER_LEN,
 };
+
+/// How [`PartitionLog::open_with`] checks the active (last) segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActiveCheck {
+    /// Walk every batch and verify its CRC, truncating at the first bad one: Kafka's recovery
+    /// after an unclean shutdown. Needed whenever the OS itself may have stopped (power loss,
+    /// kernel crash) since the data was written: the page cache may then have reached the disk
+    /// torn, partly or with holes.
+    Crc,
+    /// Check only what a killed process can leave behind, as for a rolled segment: load the
+    /// indexes and walk the batch headers after the last index entry; a torn or inconsistent
+    /// tail falls back to [`ActiveCheck::Crc`]. Valid when the OS has run without a restart
+    /// since every byte of the segment was written: whatever the previous broker wrote is then
+    /// whole in the page cache or on disk, and a kill can only cut the last write short.
+    Structure,
+}
 
 /// What an append wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,8 +128,14 @@ fn segment_base(name: &str, ext: &str) -> Option<i64> {
 }
 
 impl PartitionLog {
-    /// Opens (creating if needed) the partition directory `dir`; see the module doc.
+    /// Opens (creating if needed) the partition directory `dir`, verifying every batch of the
+    /// active segment ([`ActiveCheck::Crc`]); see the module doc.
     pub fn open(dir: &Path, config: LogConfig, io: Arc<dyn IoBackend>) -> Result<PartitionLog, LogError> {
+        Self::open_with(dir, config, io, ActiveCheck::Crc)
+    }
+
+    /// [`PartitionLog::open`] with the active segment checked as `active` says.
+    pub fn open_with(dir: &Path, config: LogConfig, io: Arc<dyn IoBackend>, active: ActiveCheck) -> Result<PartitionLog, LogError> {
         fs::create_dir_all(dir).map_err(|e| LogError::io(dir, "create partition directory", e))?;
         let mut bases = Vec::new();
         let mut index_files = Vec::new();
@@ -139,8 +163,8 @@ impl PartitionLog {
         let interval = config.index_interval_bytes;
         let mut segments = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
-            let last = i + 1 == bases.len();
-            segments.push(Segment::open(dir, base, &io, interval, last)?);
+            let recover = i + 1 == bases.len() && active == ActiveCheck::Crc;
+            segments.push(Segment::open(dir, base, &io, interval, recover)?);
         }
         if segments.is_empty() {
             segments.push(Segment::create(dir, 0, &io, interval)?);
