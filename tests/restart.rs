@@ -233,16 +233,21 @@ fn created_and_grown_topics_survive_kill_9_with_their_ids() {
     assert_eq!(after, before);
 }
 
-/// Kills a broker that wrote 300 records (100 batches) to `t-0`, flips one byte inside record
-/// 150's value in the active segment, and returns the data dir.
-fn killed_with_record_150_corrupted() -> tempfile::TempDir {
+/// Writes 300 records (100 batches) to `t-0`, kills the broker and returns the data dir.
+fn killed_after_300_records() -> tempfile::TempDir {
     let b = Broker::start(&[]);
     let mut c = b.connect();
     create(&mut c, "t", &[]);
     for i in 0..100 {
         produce(&mut c, "t", batch(i * 3, 3));
     }
-    let dir = b.kill9();
+    b.kill9()
+}
+
+/// [`killed_after_300_records`], then one byte inside record 150's value flipped in the active
+/// segment.
+fn killed_with_record_150_corrupted() -> tempfile::TempDir {
+    let dir = killed_after_300_records();
     let log = dir.path().join("data/t-0/00000000000000000000.log");
     let mut bytes = std::fs::read(&log).unwrap();
     let at = bytes.windows(10).position(|w| w == b"value-150-").expect("record 150 in the active segment") + 20;
@@ -286,13 +291,7 @@ fn after_kill_9_in_the_same_boot_restart_does_not_reread_active_segment_crcs() {
 
 #[test]
 fn after_kill_9_in_the_same_boot_a_torn_last_batch_is_cut_off() {
-    let b = Broker::start(&[]);
-    let mut c = b.connect();
-    create(&mut c, "t", &[]);
-    for i in 0..100 {
-        produce(&mut c, "t", batch(i * 3, 3));
-    }
-    let dir = b.kill9();
+    let dir = killed_after_300_records();
     assert!(boot_marker(&dir).exists());
     // What a broker killed in the middle of a write leaves: part of a batch.
     let log = dir.path().join("data/t-0/00000000000000000000.log");
