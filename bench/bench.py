@@ -344,6 +344,22 @@ def parse_produce(toolname, rc, out, err):
     return j
 
 
+def timed_read(b, rnd, sampler, key, cmd):
+    """One catch-up read by a load generator that prints a JSON line with "bytes": its result plus
+    broker CPU (total and per GiB read), client CPU and wall time, and peak broker RSS."""
+    sampler.reset()
+    cpu0 = proc_cpu_s(b.pid)
+    rc, out, err, wall, ccpu = run_client(cmd, timeout=900)
+    j = last_json(out) if rc == 0 else None
+    r = j if j else {"error": first_error(err) or f"exit {rc}"}
+    r.update({"broker_cpu_s": proc_cpu_s(b.pid) - cpu0, "client_cpu_s": ccpu, "client_wall_s": wall,
+              "rss_peak_mib": sampler.max})
+    if r.get("bytes"):
+        r["broker_cpu_s_per_gib"] = r["broker_cpu_s"] / (r["bytes"] / 2**30)
+    log(b.name, rnd, key, r)
+    return r
+
+
 def session_main(b, rnd, res, perf_dir):
     """Fresh broker: start, idle RSS, produce matrix, consume, latency, kill -9 + recovery."""
     n, size = CFG["records"], CFG["record_size"]
@@ -386,27 +402,11 @@ def session_main(b, rnd, res, perf_dir):
                                     if k.startswith("produce/") and isinstance(v, dict)] or [0])
     if "consume" in wl and "produce" in wl:
         topic = "p-rdk-a1-p16"
-        sampler.reset()
-        cpu0 = proc_cpu_s(b.pid)
-        rc, out, err, wall, ccpu = run_client([RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)])
-        j = last_json(out) if rc == 0 else None
-        r = j if j else {"error": first_error(err) or f"exit {rc}"}
-        r.update({"broker_cpu_s": proc_cpu_s(b.pid) - cpu0, "client_cpu_s": ccpu, "client_wall_s": wall,
-                  "rss_peak_mib": sampler.max})
-        res["consume/rdk/p16"] = r
-        log(b.name, rnd, "consume/rdk/p16", r)
+        res["consume/rdk/p16"] = timed_read(b, rnd, sampler, "consume/rdk/p16",
+                                            [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)])
         # The same read without a client library: the broker's ceiling (rdkbench saturates its CPU first).
-        sampler.reset()
-        cpu0 = proc_cpu_s(b.pid)
-        rc, out, err, wall, ccpu = run_client([FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)], timeout=900)
-        j = last_json(out) if rc == 0 else None
-        r = j if j else {"error": first_error(err) or f"exit {rc}"}
-        r.update({"broker_cpu_s": proc_cpu_s(b.pid) - cpu0, "client_cpu_s": ccpu, "client_wall_s": wall,
-                  "rss_peak_mib": sampler.max})
-        if r.get("bytes"):
-            r["broker_cpu_s_per_gib"] = r["broker_cpu_s"] / (r["bytes"] / 2**30)
-        res["consume/fetch/p16"] = r
-        log(b.name, rnd, "consume/fetch/p16", r)
+        res["consume/fetch/p16"] = timed_read(b, rnd, sampler, "consume/fetch/p16",
+                                              [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)])
         rc, out, err, wall, ccpu = run_client(tool("kafka-consumer-perf-test.sh") + [
             "--bootstrap-server", BOOT, "--topic", topic, "--num-records", str(n), "--timeout", "30000",
             "--hide-header"], timeout=300)

@@ -5,11 +5,12 @@ import json, os, statistics
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.abspath(os.environ.get("BENCH_OUT_DIR", HERE))
 R = json.load(open(os.path.join(OUT, "results.json")))
-# Broker CPU per GiB served by the catch-up reads (derived: older results lack it).
+# Broker CPU per GiB served by the catch-up reads: bench.py records it; derived here for older
+# results that lack it.
 for _r in R["rounds"]:
     for _k in ("consume/rdk/p16", "consume/fetch/p16"):
         _c = _r.get(_k)
-        if isinstance(_c, dict) and _c.get("bytes") and _c.get("broker_cpu_s") is not None:
+        if isinstance(_c, dict) and "broker_cpu_s_per_gib" not in _c and _c.get("bytes") and _c.get("broker_cpu_s") is not None:
             _c["broker_cpu_s_per_gib"] = _c["broker_cpu_s"] / (_c["bytes"] / 2**30)
 CFG, M, C = R["config"], R["machine"], R.get("ceilings", {})
 
