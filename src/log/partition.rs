@@ -23,7 +23,7 @@ use super::error::LogError;
 use super::io::{FileSlice, IoBackend};
 use super::segment::Segment;
 use crate::protocol::record_batch::{
-    crc_is_valid, find_max_timestamp_record, records_section, set_base_offset, set_log_append_time_split,
+    crc_is_valid, find_max_timestamp_record, records_section, set_base_offset, set_log_append_time,
     set_partition_leader_epoch, validate_produce_records, BatchHeader, BatchIter, ProduceValidationError, RecordIter,
     BATCH_HEADER_LEN,
 };
@@ -269,7 +269,7 @@ impl PartitionLog {
             h.base_offset = next;
             h.partition_leader_epoch = leader_epoch;
             if log_append {
-                set_log_append_time_split(header, &records[pos + BATCH_HEADER_LEN..pos + len], now_ms);
+                set_log_append_time(header, &records[pos + BATCH_HEADER_LEN..pos + len], now_ms);
                 h.attributes |= 0x08;
                 h.max_timestamp = now_ms;
             }
@@ -286,7 +286,7 @@ impl PartitionLog {
         }
         let last_offset = next - 1;
         let max_ts = batches.iter().map(|(_, h)| h.max_timestamp).max().unwrap_or(-1);
-        self.write_batches(&parts, records.len(), &batches, last_offset, max_ts, now_ms)?;
+        self.write_batches(&parts, &batches, last_offset, max_ts, now_ms)?;
         if leader_epoch >= 0 && self.epochs.latest_epoch().is_none_or(|e| leader_epoch > e) {
             let r = self.epochs.assign(leader_epoch, base_offset);
             self.poison_on_err(r)?;
@@ -344,7 +344,7 @@ impl PartitionLog {
             self.poison_on_err(r)?;
         }
         let len = records.len();
-        self.write_batches(&[records], len, &batches, last.last_offset(), max_ts, now)?;
+        self.write_batches(&[records], &batches, last.last_offset(), max_ts, now)?;
         for (_, h) in &batches {
             if h.partition_leader_epoch >= 0 && self.epochs.latest_epoch().is_none_or(|e| h.partition_leader_epoch > e) {
                 let r = self.epochs.assign(h.partition_leader_epoch, h.base_offset);
@@ -376,18 +376,18 @@ impl PartitionLog {
     }
 
     /// Rolls if needed, then writes and indexes `data` in the active segment.
-    /// Writes `parts` (`len` bytes in all, whole batches) to the active segment, rolling first
-    /// when they do not fit it.
+    /// Writes `parts` (whole batches, concatenated) to the active segment, rolling first when
+    /// they do not fit it.
     fn write_batches(
         &mut self,
         parts: &[Bytes],
-        len: usize,
         batches: &[(usize, BatchHeader)],
         last_offset: i64,
         max_ts: i64,
         now_ms: i64,
     ) -> Result<(), LogError> {
-        if self.should_roll(len as u64, last_offset, max_ts, now_ms) {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if self.should_roll(len, last_offset, max_ts, now_ms) {
             let r = self.roll();
             self.poison_on_err(r)?;
         }

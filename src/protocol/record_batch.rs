@@ -226,21 +226,12 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
     }
 }
 
-/// Marks the batch LogAppendTime and sets `maxTimestamp`, then recomputes the CRC. Like Kafka,
-/// `baseTimestamp` and the record deltas are left alone: readers use `maxTimestamp` for every
-/// record of a LogAppendTime batch. No-op on a too-short buffer.
-pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
-    if batch.len() < BATCH_HEADER_LEN {
-        return;
-    }
-    let (header, body) = batch.split_at_mut(BATCH_HEADER_LEN);
-    set_log_append_time_split(header, body, timestamp);
-}
-
-/// [`set_log_append_time`] for a batch held as its 61-byte header and, elsewhere, the rest of
-/// it: only the header changes (the CRC is computed across both). No-op unless `header` is
-/// exactly one header long.
-pub fn set_log_append_time_split(header: &mut [u8], body: &[u8], timestamp: i64) {
+/// Marks a batch LogAppendTime and sets `maxTimestamp`, then recomputes the CRC. The batch is
+/// held as its 61-byte header and, elsewhere, the rest of it: only the header changes (the CRC
+/// is computed across both). Like Kafka, `baseTimestamp` and the record deltas are left alone:
+/// readers use `maxTimestamp` for every record of a LogAppendTime batch. No-op unless `header`
+/// is exactly one header long.
+pub fn set_log_append_time(header: &mut [u8], body: &[u8], timestamp: i64) {
     if header.len() != BATCH_HEADER_LEN {
         return;
     }
@@ -765,7 +756,8 @@ mod tests {
         set_base_offset(&mut b, 42);
         set_partition_leader_epoch(&mut b, 7);
         assert!(crc_is_valid(&b));
-        set_log_append_time(&mut b, 99);
+        let (header, body) = b.split_at_mut(BATCH_HEADER_LEN);
+        set_log_append_time(header, body, 99);
         assert!(crc_is_valid(&b));
         let h = BatchHeader::parse(&b).unwrap();
         assert_eq!((h.base_offset, h.partition_leader_epoch, h.max_timestamp), (42, 7, 99));
