@@ -227,8 +227,15 @@ async function adminOps () {
     const cl = await admin.describeCluster()
     check(cl.brokers.length === 1 && cl.clusterId, `describeCluster ${JSON.stringify(cl)}`)
     await admin.createPartitions({ topicPartitions: [{ topic: t, count: 3 }] })
-    const md = await admin.fetchTopicMetadata({ topics: [t] })
-    check(md.topics[0].partitions.length === 3, `partitions after createPartitions: ${md.topics[0].partitions.length}`)
+    // Kafka's brokers learn of the new partitions from the metadata log shortly after the
+    // controller answers, so wait for them as the other clients' scenarios do.
+    const grown = Date.now() + 15000
+    for (;;) {
+      const n = (await admin.fetchTopicMetadata({ topics: [t] })).topics[0].partitions.length
+      if (n === 3) break
+      check(Date.now() < grown, `partitions after createPartitions: ${n}`)
+      await sleep(200)
+    }
     await producer.connect()
     const recs = await produce(producer, t, makeRecords(1, 10))
     const byTs = await admin.fetchTopicOffsetsByTimestamp(t, Number(recs[5].timestamp))
