@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice::log::io::{StdBackend, UringBackend};
+use sluice::log::io::{StdBackend, UringBackend, WritePath};
 use sluice::log::{IoBackend, LogConfig, PartitionLog};
 use sluice::protocol::record_batch::{encode_uncompressed_batch, SimpleRecord};
 
@@ -18,13 +18,15 @@ fn main() {
     let records: Vec<SimpleRecord> =
         (0..per_batch).map(|_| SimpleRecord { timestamp: 1_700_000_000_000, key: None, value: Some(&value) }).collect();
     let batch = bytes::Bytes::from(encode_uncompressed_batch(&records));
-    let mut backends: Vec<Arc<dyn IoBackend>> = vec![Arc::new(StdBackend)];
-    match UringBackend::new() {
-        Ok(b) => backends.push(Arc::new(b)),
-        Err(e) => eprintln!("io_uring unavailable: {e}"),
+    let mut backends: Vec<(&str, Arc<dyn IoBackend>)> = vec![("std", Arc::new(StdBackend))];
+    for (label, writes) in [("uring", WritePath::Ring), ("auto", WritePath::Auto)] {
+        match UringBackend::new(writes) {
+            Ok(b) => backends.push((label, Arc::new(b))),
+            Err(e) => eprintln!("io_uring unavailable: {e}"),
+        }
     }
     for round in 0..3 {
-        for io in &backends {
+        for (label, io) in &backends {
             let dir = tempfile::tempdir().expect("tempdir");
             let mut log = PartitionLog::open(dir.path(), LogConfig::default(), io.clone()).expect("open");
             let started = Instant::now();
@@ -47,7 +49,7 @@ fn main() {
             let bytes = (batch.len() * batches) as f64;
             println!(
                 "round {round} backend {:<8} append {:>8.1} MiB/s {:>9.0} batches/s   read {:>8.1} MiB/s",
-                io.name(),
+                label,
                 bytes / append.as_secs_f64() / (1 << 20) as f64,
                 batches as f64 / append.as_secs_f64(),
                 bytes / read.as_secs_f64() / (1 << 20) as f64,

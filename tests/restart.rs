@@ -109,8 +109,9 @@ fn expected(range: std::ops::Range<usize>) -> Vec<(i64, String, String)> {
     range.map(|i| (i as i64, format!("k{i}"), value(i))).collect()
 }
 
-/// Every restart test runs on both log I/O backends.
-const BACKENDS: [&str; 2] = ["log.io.backend=std", "log.io.backend=auto"];
+/// Every restart test runs on each log I/O backend: std, io_uring for every operation, and the
+/// default (io_uring, with appends inline where the filesystem would hand them to a kernel thread).
+const BACKENDS: [&str; 3] = ["log.io.backend=std", "log.io.backend=uring", "log.io.backend=auto"];
 
 #[test]
 fn records_survive_a_clean_restart_across_segments() {

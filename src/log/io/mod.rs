@@ -8,7 +8,11 @@
 //! Choosing: [`select_backend`] with [`IoBackendChoice::Auto`] probes io_uring (ring setup plus
 //! one NOP round trip). Where that fails — Docker's default seccomp profile blocks
 //! `io_uring_setup`, old kernels lack it — the std backend is used and an `info!` line says why.
-//! An explicit `uring` choice that cannot be honoured is an error, not a silent fallback.
+//! Where it works, appends still bypass the ring on filesystems that cannot take buffered writes
+//! asynchronously (ext4), as io_uring would only hand them to a kernel thread
+//! ([`WritePath::Auto`], see the `uring` module). An explicit `uring` choice sends every
+//! operation through the ring, and if io_uring is unusable that is an error, not a silent
+//! fallback.
 //!
 //! # Failure behaviour
 //! Errors are returned as `io::Error`; the partition log adds the path and poisons itself on a
@@ -29,7 +33,7 @@ pub mod std_backend;
 pub mod uring;
 
 pub use std_backend::StdBackend;
-pub use uring::UringBackend;
+pub use uring::{UringBackend, WritePath};
 
 /// Opens segment files. Implementations are shared by every partition log of a broker.
 pub trait IoBackend: Send + Sync + fmt::Debug {
@@ -159,11 +163,11 @@ pub fn select_backend(choice: IoBackendChoice) -> io::Result<Arc<dyn IoBackend>>
             Ok(Arc::new(StdBackend))
         }
         IoBackendChoice::Uring => {
-            let b = UringBackend::new()?;
-            tracing::info!(backend = "io_uring", "log I/O backend: io_uring (configured)");
+            let b = UringBackend::new(WritePath::Ring)?;
+            tracing::info!(backend = "io_uring", "log I/O backend: io_uring for every operation (configured)");
             Ok(Arc::new(b))
         }
-        IoBackendChoice::Auto => match UringBackend::new() {
+        IoBackendChoice::Auto => match UringBackend::new(WritePath::Auto) {
             Ok(b) => {
                 tracing::info!(backend = "io_uring", "log I/O backend: io_uring (probe succeeded)");
                 Ok(Arc::new(b))
@@ -184,9 +188,11 @@ pub fn select_backend(choice: IoBackendChoice) -> io::Result<Arc<dyn IoBackend>>
 #[cfg(test)]
 pub(crate) fn test_backends() -> Vec<Arc<dyn IoBackend>> {
     let mut v: Vec<Arc<dyn IoBackend>> = vec![Arc::new(StdBackend)];
-    match UringBackend::new() {
-        Ok(b) => v.push(Arc::new(b)),
-        Err(e) => eprintln!("io_uring unavailable here, testing std only: {e}"),
+    for writes in [WritePath::Ring, WritePath::Auto] {
+        match UringBackend::new(writes) {
+            Ok(b) => v.push(Arc::new(b)),
+            Err(e) => eprintln!("io_uring unavailable here, testing std only: {e}"),
+        }
     }
     v
 }
@@ -230,7 +236,7 @@ mod tests {
             f.set_len(5).unwrap();
             assert_eq!(f.len().unwrap(), 5);
             let big = Bytes::from(vec![7u8; 3 << 20]);
-            f.write_at(5, &[big.clone()]).unwrap();
+            f.write_at(5, std::slice::from_ref(&big)).unwrap();
             assert_eq!(f.read_at(5, big.len()).unwrap().len(), big.len());
             drop(f);
             let f = backend.open(&path).unwrap();

@@ -14,7 +14,7 @@ const IOV_MAX: usize = 1024;
 
 /// Writes the concatenation of `parts` at `pos` with `pwritev`, at most [`IOV_MAX`] parts per
 /// call, resuming after short writes.
-fn pwritev_all(file: &File, mut pos: u64, parts: &[Bytes]) -> io::Result<()> {
+pub(super) fn pwritev_all(file: &File, mut pos: u64, parts: &[Bytes]) -> io::Result<()> {
     let mut rest: Vec<&[u8]> = parts.iter().map(|p| &p[..]).filter(|p| !p.is_empty()).collect();
     let mut first = 0usize;
     while first < rest.len() {
