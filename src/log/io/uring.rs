@@ -238,6 +238,17 @@ fn retryable(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock)
 }
 
+/// Bytes a read or write completion moved: 0 for a retryable error (the caller resubmits the
+/// rest), `zero` as an error when the kernel moved nothing.
+fn transferred(result: i32, zero: io::ErrorKind, what: &'static str) -> io::Result<usize> {
+    match cqe_error(result) {
+        Some(e) if retryable(&e) => Ok(0),
+        Some(e) => Err(e),
+        None if result == 0 => Err(io::Error::new(zero, what)),
+        None => Ok(result as usize),
+    }
+}
+
 impl UringSegmentFile {
     fn fd(&self) -> types::Fd {
         types::Fd(self.file.as_raw_fd())
@@ -262,13 +273,7 @@ impl UringSegmentFile {
                 iov.push(libc::iovec { iov_base: rest.as_ptr() as *mut libc::c_void, iov_len: rest.len() });
             }
             let sqe = opcode::Writev::new(self.fd(), iov.as_ptr(), iov.len() as u32).offset(pos + done as u64).build();
-            let r = submit_one(ring, &sqe)?;
-            match cqe_error(r) {
-                Some(e) if retryable(&e) => continue,
-                Some(e) => return Err(e),
-                None if r == 0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "io_uring write returned 0")),
-                None => done += r as usize,
-            }
+            done += transferred(submit_one(ring, &sqe)?, io::ErrorKind::WriteZero, "io_uring write returned 0")?;
         }
         Ok(())
     }
@@ -278,13 +283,7 @@ impl UringSegmentFile {
         while done < buf.len() {
             let len = (buf.len() - done).min(MAX_CHUNK) as u32;
             let sqe = opcode::Read::new(self.fd(), buf[done..].as_mut_ptr(), len).offset(pos + done as u64).build();
-            let r = submit_one(ring, &sqe)?;
-            match cqe_error(r) {
-                Some(e) if retryable(&e) => continue,
-                Some(e) => return Err(e),
-                None if r == 0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past end of file")),
-                None => done += r as usize,
-            }
+            done += transferred(submit_one(ring, &sqe)?, io::ErrorKind::UnexpectedEof, "read past end of file")?;
         }
         Ok(())
     }
