@@ -375,9 +375,8 @@ impl PartitionLog {
         sync_dir(&self.dir)
     }
 
-    /// Rolls if needed, then writes and indexes `data` in the active segment.
-    /// Writes `parts` (whole batches, concatenated) to the active segment, rolling first when
-    /// they do not fit it.
+    /// Writes and indexes `parts` (whole batches, concatenated) in the active segment, rolling
+    /// first when they do not fit it.
     fn write_batches(
         &mut self,
         parts: &[Bytes],
