@@ -82,6 +82,8 @@ impl PartitionLog {
     /// One compaction pass; `first_dirty` is where the previous pass stopped (0 if unknown).
     /// Returns None when nothing was eligible.
     pub fn clean(&mut self, config: &CleanerConfig, first_dirty: i64, now_ms: i64) -> Result<Option<CleanStats>, LogError> {
+        // The cleaner rewrites rolled segments: the last one's flush must not run beside it.
+        self.settle_flush()?;
         let rolled = self.segments.len().saturating_sub(1);
         let lag_limit = now_ms.saturating_sub(config.min_compaction_lag_ms);
         let mut end = 0;

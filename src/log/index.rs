@@ -111,6 +111,18 @@ impl IndexFile {
         self.dirty = false;
         Ok(())
     }
+
+    /// A second descriptor of the file when it has unsynced writes, for a sync elsewhere (the
+    /// flusher thread); the writes then count as synced here.
+    fn take_unsynced(&mut self) -> Result<Option<(PathBuf, File)>, LogError> {
+        if !self.dirty {
+            return Ok(None);
+        }
+        let path = self.path.clone();
+        let f = self.open()?.try_clone().map_err(|e| LogError::io(&path, "duplicate index descriptor", e))?;
+        self.dirty = false;
+        Ok(Some((path, f)))
+    }
 }
 
 /// `.index`: relative offset -> file position of the batch whose last offset it is.
@@ -185,6 +197,11 @@ impl OffsetIndex {
 
     pub fn sync(&mut self) -> Result<(), LogError> {
         self.file.sync("fsync index")
+    }
+
+    /// See `IndexFile::take_unsynced`.
+    pub fn take_unsynced(&mut self) -> Result<Option<(PathBuf, File)>, LogError> {
+        self.file.take_unsynced()
     }
 
     pub fn path(&self) -> &Path {
@@ -263,6 +280,11 @@ impl TimeIndex {
 
     pub fn sync(&mut self) -> Result<(), LogError> {
         self.file.sync("fsync time index")
+    }
+
+    /// See `IndexFile::take_unsynced`.
+    pub fn take_unsynced(&mut self) -> Result<Option<(PathBuf, File)>, LogError> {
+        self.file.take_unsynced()
     }
 
     pub fn path(&self) -> &Path {

@@ -47,6 +47,7 @@ pub mod cleaner;
 pub mod config;
 pub mod epoch;
 pub mod error;
+pub mod flush;
 pub mod index;
 pub mod io;
 pub mod partition;

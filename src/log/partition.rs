@@ -6,10 +6,13 @@
 //! # Failure behaviour
 //! A failed write, fsync, roll or truncation poisons the log (`error!` with the path); every
 //! later append, flush or truncation returns [`LogError::Poisoned`]. Reopening recovers from
-//! whatever reached the disk. Only the last segment is scanned on open: a segment is fsynced
-//! when it is rolled, so only the active one can have a torn tail after a crash. How much of it
-//! is checked is the caller's [`ActiveCheck`]: every batch's CRC when the OS may have lost
-//! writes (Kafka's recovery), or only the structure after the index when it cannot have.
+//! whatever reached the disk. A rolled segment is made durable by the flusher thread
+//! (`flush.rs`), and a partition has at most one such flush in flight: it waits for it before
+//! the next roll. So only the last two segments can have a torn tail after the OS stops, and
+//! only the active one after the broker process alone stops. How much is checked on open is
+//! the caller's [`ActiveCheck`]: every batch's CRC of the last two segments when the OS may
+//! have lost writes (Kafka's recovery), or only the structure of the active one after its
+//! index when it cannot have.
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use super::checkpoint::sync_dir;
 use super::config::LogConfig;
 use super::epoch::LeaderEpochCache;
 use super::error::LogError;
+use super::flush::{self, FlushTicket};
 use super::io::{FileSlice, IoBackend};
 use super::segment::Segment;
 use crate::protocol::record_batch::{
@@ -90,6 +94,8 @@ pub struct PartitionLog {
     poisoned: bool,
     unflushed_messages: u64,
     last_flush_ms: i64,
+    /// The flush of the segment rolled last, while it may still be running.
+    pending_flush: Option<Arc<FlushTicket>>,
 }
 
 fn wall_clock_ms() -> i64 {
@@ -162,9 +168,26 @@ impl PartitionLog {
         }
         let interval = config.index_interval_bytes;
         let mut segments = Vec::with_capacity(bases.len().max(1));
+        // Under `Crc`, the last two segments: the older one's flush may not have finished.
+        let checked_from = match active {
+            ActiveCheck::Crc => bases.len().saturating_sub(2),
+            ActiveCheck::Structure => bases.len(),
+        };
         for (i, &base) in bases.iter().enumerate() {
-            let recover = i + 1 == bases.len() && active == ActiveCheck::Crc;
-            segments.push(Segment::open(dir, base, &io, interval, recover)?);
+            let recover = i >= checked_from;
+            let before = fs::metadata(Segment::log_file(dir, base)).map_or(0, |m| m.len());
+            let seg = Segment::open(dir, base, &io, interval, recover)?;
+            let torn = seg.size() < before;
+            segments.push(seg);
+            if torn && i + 1 < bases.len() {
+                // A rolled segment lost its tail: what follows it was written after the lost bytes.
+                for &later in &bases[i + 1..] {
+                    tracing::warn!(path = %Segment::log_file(dir, later).display(), "removing a segment that follows a torn one");
+                    Segment::remove_files(dir, later)?;
+                }
+                sync_dir(dir)?;
+                break;
+            }
         }
         if segments.is_empty() {
             segments.push(Segment::create(dir, 0, &io, interval)?);
@@ -198,6 +221,7 @@ impl PartitionLog {
             poisoned: false,
             unflushed_messages: 0,
             last_flush_ms: wall_clock_ms(),
+            pending_flush: None,
         })
     }
 
@@ -364,6 +388,7 @@ impl PartitionLog {
     }
 
     fn replace_empty_active(&mut self, base: i64) -> Result<(), LogError> {
+        self.settle_flush()?;
         let interval = self.config.index_interval_bytes;
         if let Some(old) = self.segments.pop() {
             old.delete()?;
@@ -385,6 +410,8 @@ impl PartitionLog {
         max_ts: i64,
         now_ms: i64,
     ) -> Result<(), LogError> {
+        let r = self.poll_flush();
+        self.poison_on_err(r)?;
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         if self.should_roll(len, last_offset, max_ts, now_ms) {
             let r = self.roll();
@@ -410,14 +437,40 @@ impl PartitionLog {
         too_big || too_old || offset_overflow
     }
 
+    /// Starts a new active segment; the old one is made durable in the background (see
+    /// `flush.rs`), after the flush of the previous roll, if still running, has finished.
     fn roll(&mut self) -> Result<(), LogError> {
+        self.settle_flush()?;
         let leo = self.log_end_offset();
-        self.active_mut().on_roll()?;
+        let dir = self.dir.clone();
+        let job = self.active_mut().on_roll(&dir)?;
         self.epochs.sync()?;
         let seg = Segment::create(&self.dir, leo, &self.io, self.config.index_interval_bytes)?;
         tracing::debug!(path = %seg.log_path().display(), "rolled new log segment");
         self.segments.push(seg);
-        sync_dir(&self.dir)
+        self.pending_flush = Some(flush::submit(job));
+        Ok(())
+    }
+
+    /// Waits for the flush of the last rolled segment if it is in flight; a failed flush
+    /// poisons the log.
+    pub(super) fn settle_flush(&mut self) -> Result<(), LogError> {
+        match self.pending_flush.take() {
+            Some(ticket) => {
+                let r = ticket.wait();
+                self.poison_on_err(r)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::settle_flush`] when the flush has already finished; never blocks.
+    fn poll_flush(&mut self) -> Result<(), LogError> {
+        if self.pending_flush.as_ref().is_some_and(|t| t.is_done()) {
+            self.settle_flush()
+        } else {
+            Ok(())
+        }
     }
 
     fn after_append(&mut self, records: u64, now_ms: i64) -> Result<(), LogError> {
@@ -634,13 +687,15 @@ impl PartitionLog {
         Ok(deleted)
     }
 
-    /// fsyncs the active segment and its indexes (rolled segments were synced at roll).
+    /// fsyncs the active segment and its indexes, after waiting for the flush of the last
+    /// rolled segment (the ones before it were flushed before it was rolled).
     pub fn flush(&mut self) -> Result<(), LogError> {
         self.flush_at(wall_clock_ms())
     }
 
     fn flush_at(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.check_poisoned()?;
+        self.settle_flush()?;
         let r = self.active_mut().sync().and_then(|()| self.epochs.sync());
         self.poison_on_err(r)?;
         self.unflushed_messages = 0;
@@ -655,6 +710,7 @@ impl PartitionLog {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
+        self.settle_flush()?;
         let r = self.truncate_inner(offset);
         self.poison_on_err(r)?;
         let leo = self.log_end_offset();

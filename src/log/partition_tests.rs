@@ -671,3 +671,107 @@ fn flush_messages_setting_triggers_fsync_after_enough_records() {
     assert!(matches!(log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0), Err(LogError::Io { op: "fsync", .. })));
     assert!(log.is_poisoned());
 }
+
+#[test]
+fn a_failed_flush_of_a_rolled_segment_poisons_the_log() {
+    let faults = Faults::default();
+    let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_config(), &io);
+    Faults::set(&faults.sync, true);
+    // Two batches of ~2.5 KiB in 4 KiB segments: the second rolls the first away.
+    log.append_as_leader(batch_with(2, 0, 1200).into(), 0, 0).unwrap();
+    log.append_as_leader(batch_with(2, 0, 1200).into(), 0, 0).unwrap();
+    assert_eq!(log.segment_count(), 2, "the roll itself does not wait for the fsync");
+    // The next roll (or any flush) waits for the failed one and reports it.
+    let r = log.append_as_leader(batch_with(2, 0, 1200).into(), 0, 0);
+    assert!(matches!(r, Err(LogError::Io { op: "fsync", .. })), "{r:?}");
+    assert!(log.is_poisoned());
+    Faults::set(&faults.sync, false);
+    assert!(matches!(log.append_as_leader(batch_with(1, 0, 10).into(), 0, 0), Err(LogError::Poisoned { .. })));
+    drop(log);
+    let log = open(dir.path(), small_config(), &io);
+    assert_eq!(log.log_end_offset(), 4, "both acknowledged batches are there after a reopen");
+}
+
+#[test]
+fn a_flush_waits_for_the_rolled_segment_before_syncing_the_active_one() {
+    for io in test_backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), small_config(), &io);
+        for i in 0..6 {
+            log.append_as_leader(batch_with(2, i, 1200).into(), 0, i).unwrap();
+        }
+        assert!(log.pending_flush.is_some(), "{}: the last roll's flush is tracked", io.name());
+        log.flush().unwrap();
+        assert!(log.pending_flush.is_none(), "{}", io.name());
+    }
+}
+
+/// Cuts `bytes` off the end of segment `base` in `dir`, as an OS crash before its fsync would.
+fn tear_segment(dir: &Path, base: i64, bytes: u64) {
+    let path = dir.join(format!("{base:020}.log"));
+    let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len - bytes).unwrap();
+}
+
+#[test]
+fn a_torn_rolled_segment_is_cut_and_the_segments_after_it_are_dropped() {
+    for io in test_backends() {
+        for check in [ActiveCheck::Crc, ActiveCheck::Structure] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut log = open(dir.path(), small_config(), &io);
+            for i in 0..7 {
+                log.append_as_leader(batch_with(2, i, 1200).into(), 0, i).unwrap();
+            }
+            let bases = log.segment_base_offsets();
+            assert!(bases.len() >= 3, "{bases:?}");
+            let (last_rolled, active) = (bases[bases.len() - 2], bases[bases.len() - 1]);
+            drop(log);
+            tear_segment(dir.path(), last_rolled, 100);
+
+            let log = PartitionLog::open_with(dir.path(), small_config(), io.clone(), check).unwrap();
+            let what = format!("{} {check:?}", io.name());
+            // The torn last batch of the rolled segment is gone, and with it the active segment.
+            assert_eq!(log.segment_base_offsets(), bases[..bases.len() - 1].to_vec(), "{what}");
+            assert!(!dir.path().join(format!("{active:020}.log")).exists(), "{what}");
+            assert_eq!(log.log_end_offset(), active - 2, "{what}");
+            let all = read_all(&log);
+            assert_eq!(all.len() as i64, (active - 2) / 2, "{what}");
+            assert!(all.windows(2).all(|w| w[1].0 == w[0].1 + 1), "{what}: no gaps: {all:?}");
+        }
+    }
+}
+
+#[test]
+fn a_growing_segment_reserves_blocks_ahead_and_a_roll_gives_them_back() {
+    use std::os::unix::fs::MetadataExt;
+    for io in test_backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig { segment_bytes: 3 << 20, ..LogConfig::default() };
+        let mut log = open(dir.path(), cfg.clone(), &io);
+        let first = dir.path().join("00000000000000000000.log");
+        let mut n = 0;
+        while fs::metadata(&first).unwrap().len() < (1 << 20) + (64 << 10) {
+            log.append_as_leader(batch_with(16, n, 1000).into(), 0, n).unwrap();
+            n += 1;
+        }
+        let meta = fs::metadata(&first).unwrap();
+        if meta.blocks() * 512 < meta.len() + (4 << 20) {
+            eprintln!("{}: no preallocation on this filesystem ({} blocks); skipping", io.name(), meta.blocks());
+            return;
+        }
+        while log.segment_count() < 2 {
+            log.append_as_leader(batch_with(16, n, 1000).into(), 0, n).unwrap();
+            n += 1;
+        }
+        log.flush().unwrap(); // waits for the rolled segment's flush
+        let meta = fs::metadata(&first).unwrap();
+        assert!(meta.blocks() * 512 < meta.len() + (64 << 10), "{}: {} bytes, {} blocks", io.name(), meta.len(), meta.blocks());
+        let before = read_all(&log);
+        drop(log);
+        let log = PartitionLog::open_with(dir.path(), cfg, io.clone(), ActiveCheck::Crc).unwrap();
+        assert_eq!(read_all(&log), before, "{}", io.name());
+    }
+}

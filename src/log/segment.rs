@@ -8,6 +8,15 @@
 //! - Batches have strictly increasing offsets, all in `[base_offset, base_offset + u32::MAX]`.
 //! - The in-memory index entries equal the index files' contents.
 //!
+//! # Preallocation
+//! Once a segment passes 1 MiB, appends reserve its blocks 8 MiB ahead with
+//! `fallocate(FALLOC_FL_KEEP_SIZE)`: the file's size (what readers and recovery see) still
+//! ends at the last batch. Without it, ext4 allocates blocks when writeback first writes the
+//! pages, holding the inode's block-map lock, and an append to the same file waits behind that
+//! writeback's disk reads; with the blocks reserved, writeback only marks them written. A roll
+//! gives the unused blocks back (see `flush.rs`), and so does any truncation. Where the
+//! filesystem cannot preallocate, the segment stops trying and appends work as before.
+//!
 //! # Recovery
 //! [`Segment::recover`] scans every batch (length, magic, CRC, offset order) and truncates the
 //! file at the first one that fails, then rewrites both indexes. Opening without recovery
@@ -20,12 +29,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::error::LogError;
+use super::flush::FlushJob;
 use super::index::{IndexLoad, OffsetIndex, TimeIndex};
 use super::io::{FileSlice, IoBackend, SegmentFile};
 use crate::protocol::record_batch::{crc_is_valid, BatchHeader, BatchIter, BATCH_HEADER_LEN, LOG_OVERHEAD, MIN_BATCH_LENGTH};
 
 /// Bytes read per I/O while scanning a segment.
 const SCAN_CHUNK: usize = 1 << 20;
+
+/// A segment that has grown to this size reserves its next blocks ahead of its appends;
+/// smaller ones (idle partitions) never preallocate.
+const PREALLOCATE_FROM: u64 = 1 << 20;
+/// How far ahead of the end of the log a growing segment reserves blocks.
+const PREALLOCATE_AHEAD: u64 = 8 << 20;
 
 /// `%020d` file stem for a base offset.
 pub fn file_stem(base_offset: i64) -> String {
@@ -62,6 +78,10 @@ pub struct Segment {
     /// Wall clock when this process opened/created the segment: the `segment.ms` fallback
     /// when batches carry no timestamp.
     opened_ms: i64,
+    /// Blocks are reserved up to here (at least `size`); see the module doc.
+    allocated_to: u64,
+    /// Cleared after a failed `fallocate`: this segment stops preallocating.
+    preallocating: bool,
 }
 
 fn now_ms() -> i64 {
@@ -78,6 +98,24 @@ impl Segment {
             dir.join(format!("{stem}.index")),
             dir.join(format!("{stem}.timeindex")),
         )
+    }
+
+    /// The `.log` path of the segment at `base_offset` in `dir`.
+    pub fn log_file(dir: &Path, base_offset: i64) -> PathBuf {
+        Self::paths(dir, base_offset).0
+    }
+
+    /// Removes the files of a segment that is not open (recovery); missing files are fine.
+    pub fn remove_files(dir: &Path, base_offset: i64) -> Result<(), LogError> {
+        let (log, index, time) = Self::paths(dir, base_offset);
+        for p in [log.with_extension("txnindex"), index, time, log] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io(&p, "remove segment file", e)),
+            }
+        }
+        Ok(())
     }
 
     /// Creates a new, empty segment at `base_offset`. Refuses to reuse a non-empty `.log`.
@@ -111,6 +149,8 @@ impl Segment {
             last_index_position: 0,
             index_interval_bytes,
             opened_ms: now_ms(),
+            allocated_to: 0,
+            preallocating: true,
         })
     }
 
@@ -173,6 +213,8 @@ impl Segment {
             last_index_position: 0,
             index_interval_bytes,
             opened_ms: now_ms(),
+            allocated_to: size,
+            preallocating: true,
         };
         if loaded.is_none() {
             seg.recover()?;
@@ -269,6 +311,7 @@ impl Segment {
                 .set_len(end.valid_end)
                 .map_err(|e| LogError::io(&self.log_path, "truncate", e))?;
             self.size = end.valid_end;
+            self.allocated_to = end.valid_end;
         }
         self.next_offset = next;
         self.max_timestamp = max_ts.0;
@@ -360,10 +403,14 @@ impl Segment {
     /// offset within that concatenation.
     pub fn append(&mut self, parts: &[Bytes], batches: &[(usize, BatchHeader)]) -> Result<(), LogError> {
         let start = self.size;
+        let end = start + parts.iter().map(|p| p.len() as u64).sum::<u64>();
+        if end > self.allocated_to && end >= PREALLOCATE_FROM && self.preallocating {
+            self.preallocate(end);
+        }
         self.file
             .write_at(start, parts)
             .map_err(|e| LogError::io(&self.log_path, "append", e))?;
-        self.size += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+        self.size = end;
         if self.first_batch_timestamp.is_none() {
             self.first_batch_timestamp = batches.first().map(|(_, h)| h.max_timestamp);
         }
@@ -386,6 +433,21 @@ impl Segment {
             }
         }
         Ok(())
+    }
+
+    /// Reserves blocks from the end of the last reservation to `PREALLOCATE_AHEAD` past `end`.
+    /// A failure (no support, disk full) only ends preallocation for this segment: the append
+    /// that follows reports any real problem.
+    fn preallocate(&mut self, end: u64) {
+        let from = self.allocated_to.max(self.size);
+        let to = end + PREALLOCATE_AHEAD;
+        match super::io::preallocate(self.file.std_file(), from, to - from) {
+            Ok(()) => self.allocated_to = to,
+            Err(e) => {
+                self.preallocating = false;
+                tracing::debug!(path = %self.log_path.display(), error = %e, "not preallocating segment blocks");
+            }
+        }
     }
 
     /// Position and header of the first batch whose last offset is >= `offset`.
@@ -485,18 +547,30 @@ impl Segment {
         let Some((pos, _)) = self.find_batch(offset)? else { return Ok(()) };
         self.file.set_len(pos).map_err(|e| LogError::io(&self.log_path, "truncate", e))?;
         self.size = pos;
+        self.allocated_to = pos;
         self.recover()?;
         Ok(())
     }
 
     /// What Kafka does when a segment stops being active: record the final max timestamp in
-    /// the time index, then make data and indexes durable.
-    pub fn on_roll(&mut self) -> Result<(), LogError> {
+    /// the time index. Returns what makes the segment durable (and gives back its preallocated
+    /// blocks), for the flusher thread: see `flush.rs`.
+    pub fn on_roll(&mut self, dir: &Path) -> Result<FlushJob, LogError> {
         if self.max_timestamp >= 0 {
             let rel = (self.offset_of_max_timestamp - self.base_offset) as u32;
             self.time_index.maybe_append(self.max_timestamp, rel)?;
         }
-        self.sync()
+        let mut indexes = Vec::with_capacity(2);
+        indexes.extend(self.offset_index.take_unsynced()?);
+        indexes.extend(self.time_index.take_unsynced()?);
+        self.allocated_to = self.size;
+        Ok(FlushJob {
+            log_path: self.log_path.clone(),
+            file: Arc::clone(&self.file),
+            size: self.size,
+            indexes,
+            dir: dir.to_path_buf(),
+        })
     }
 
     pub fn sync(&mut self) -> Result<(), LogError> {

@@ -129,6 +129,20 @@ impl fmt::Debug for FileSlice {
     }
 }
 
+/// Reserves disk blocks for `len` bytes at `pos` without changing the file's size
+/// (`fallocate(FALLOC_FL_KEEP_SIZE)`): the blocks sit past the end of the file, invisible to
+/// readers, until appends reach them. Used by segments as they grow; see
+/// [`super::segment::Segment`]. `EOPNOTSUPP` where the filesystem cannot do it.
+pub fn preallocate(file: &File, pos: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(pos), Ok(len)) = (libc::off_t::try_from(pos), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    // SAFETY: plain syscall on an open descriptor; no memory is passed.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, pos, len) };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Value of the `log.io.backend` config key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoBackendChoice {
