@@ -88,7 +88,8 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
                 let error = if crate::metadata::validate_topic_name(&name).is_err() {
                     ResponseError::InvalidTopicException
                 } else if auto_create {
-                    match broker.create_topic(&name, -1, -1, Default::default()) {
+                    let (b, n) = (broker.clone(), name.clone());
+                    match super::off_runtime(move || b.create_topic(&n, -1, -1, Default::default())).await {
                         // Kafka answers LEADER_NOT_AVAILABLE for a topic it just created; clients
                         // retry. We can serve at once, so return the topic itself.
                         Ok(t) => {

@@ -78,7 +78,10 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
         let outcome = if req.validate_only {
             broker.check_create(&name, partitions, rf, &configs).map(|(p, r)| (p, r, None))
         } else {
-            broker.create_topic(&name, partitions, rf, configs.clone()).map(|t| (t.partitions.len() as i32, 1, Some(t.id)))
+            let (b, n, c) = (broker.clone(), name.clone(), configs.clone());
+            super::off_runtime(move || b.create_topic(&n, partitions, rf, c))
+                .await
+                .map(|t| (t.partitions.len() as i32, 1, Some(t.id)))
         };
         match outcome {
             Ok((p, r, id)) => {
@@ -143,34 +146,34 @@ pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> De
 
 pub async fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let broker = &ctx.broker;
-    let results = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let name = t.name.0.to_string();
-            let result = CreatePartitionsTopicResult::default().with_name(t.name);
-            let outcome = match broker.topic(&name) {
-                None => Err(TopicError::UnknownTopic),
-                Some(topic) if t.count <= topic.partitions.len() as i32 => Err(TopicError::InvalidPartitions(format!(
-                    "Topic currently has {} partitions, which is higher than the requested {}.",
-                    topic.partitions.len(),
-                    t.count
-                ))),
-                Some(_) if req.validate_only => Ok(()),
-                Some(_) => broker.create_partitions(&name, t.count),
-            };
-            match outcome {
-                Ok(()) => result,
-                Err(e) => {
-                    let msg = match &e {
-                        TopicError::InvalidPartitions(m) => m.clone(),
-                        other => other.to_string(),
-                    };
-                    result.with_error_code(topic_error_code(&e).code()).with_error_message(Some(str_bytes(&msg)))
-                }
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let result = CreatePartitionsTopicResult::default().with_name(t.name);
+        let outcome = match broker.topic(&name) {
+            None => Err(TopicError::UnknownTopic),
+            Some(topic) if t.count <= topic.partitions.len() as i32 => Err(TopicError::InvalidPartitions(format!(
+                "Topic currently has {} partitions, which is higher than the requested {}.",
+                topic.partitions.len(),
+                t.count
+            ))),
+            Some(_) if req.validate_only => Ok(()),
+            Some(_) => {
+                let (b, count) = (broker.clone(), t.count);
+                super::off_runtime(move || b.create_partitions(&name, count)).await
             }
-        })
-        .collect();
+        };
+        results.push(match outcome {
+            Ok(()) => result,
+            Err(e) => {
+                let msg = match &e {
+                    TopicError::InvalidPartitions(m) => m.clone(),
+                    other => other.to_string(),
+                };
+                result.with_error_code(topic_error_code(&e).code()).with_error_message(Some(str_bytes(&msg)))
+            }
+        });
+    }
     CreatePartitionsResponse::default().with_results(results)
 }
 
