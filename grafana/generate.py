@@ -62,7 +62,7 @@ DASHBOARDS = {
         ], "percentunit"),
         panel("Build and I/O backend", [
             (f"sluice_build_info{{{I}}}", "{{instance}} {{version}}"),
-            (f"sluice_log_io_backend_info{{{I}}}", "{{instance}} {{backend}}"),
+            (f"sluice_log_io_backend_info{{{I}}}", "{{instance}} {{backend}} appends={{appends}}"),
         ], "short", "table"),
         panel("Startup duration (log recovery)", [(f"sluice_startup_duration_seconds{{{I}}}", "{{instance}}")], "s"),
     ]),

@@ -166,7 +166,10 @@ impl Broker {
     pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
         let cluster_id = metadata::load_or_format(&config.log_dirs, config.node_id)?;
         let io = log::select_backend(config.io_backend).map_err(BrokerError::IoBackend)?;
-        tracing::info!(backend = io.name(), "log I/O backend");
+        for dir in &config.log_dirs {
+            io.prepare_dir(dir);
+        }
+        tracing::info!(backend = io.name(), appends = io.append_path(), "log I/O backend");
         let first = config.log_dirs[0].clone();
         let topic_configs = TopicConfigStore::open(&first)?;
         let broker_configs = TopicConfigStore::open_broker(&first)?;
@@ -635,6 +638,11 @@ impl Broker {
     /// Name of the log I/O backend in use (`io_uring` or `std`).
     pub fn io_backend_name(&self) -> &'static str {
         self.io.name()
+    }
+
+    /// How segment appends reach the files (`pwritev`, `io_uring` or `mixed`).
+    pub fn io_append_path(&self) -> &'static str {
+        self.io.append_path()
     }
 
     pub fn now_ms(&self) -> i64 {

@@ -156,8 +156,8 @@ pub static METRICS: &[MetricDef] = &[
     m!("sluice_log_fsync_duration_seconds", Histogram, Event, [],
        "Duration of each fdatasync of a segment's .log file (flush.messages / flush.ms, roll, shutdown).",
        "Yes when p99 exceeds ~100 ms: the disk is saturated or failing."),
-    m!("sluice_log_io_backend_info", Gauge, Scrape, ["backend"],
-       "Always 1; the backend label says which log I/O backend runs (io_uring or std).",
+    m!("sluice_log_io_backend_info", Gauge, Scrape, ["backend", "appends"],
+       "Always 1; backend says which log I/O backend runs (io_uring or std), appends how segment appends reach the files (pwritev, io_uring, or mixed across log dirs' filesystems).",
        "No."),
     // ---- consumer groups (through GroupsView) ----
     m!("sluice_consumer_group_committed_offset", Gauge, Scrape, ["group", "topic", "partition"],
@@ -252,7 +252,7 @@ mod tests {
                 assert!(!m.name.contains(unit), "{}: use base units", m.name);
             }
             for l in m.labels {
-                assert!(["api", "version", "phase", "error", "reason", "topic", "partition", "group", "state", "backend"]
+                assert!(["api", "version", "phase", "error", "reason", "topic", "partition", "group", "state", "backend", "appends"]
                     .contains(l), "{}: label {l} is not in the bounded set", m.name);
             }
         }

@@ -133,7 +133,11 @@ fn collect_groups(broker: &Broker, now_ms: i64, e: &mut Exposition) {
 
 fn collect_process(broker: &Broker, e: &mut Exposition) {
     e.sample("sluice_connections_active", &[], broker.metrics.active_connections() as f64);
-    e.sample("sluice_log_io_backend_info", &[("backend", broker.io_backend_name())], 1.0);
+    e.sample(
+        "sluice_log_io_backend_info",
+        &[("backend", broker.io_backend_name()), ("appends", broker.io_append_path())],
+        1.0,
+    );
     e.sample("sluice_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1.0);
     e.sample("sluice_startup_duration_seconds", &[], broker.metrics.startup_duration().as_secs_f64());
     let p = process::read();

@@ -27,7 +27,7 @@
 //!
 //! # Label cardinality (all bounded)
 //! - `api`: Kafka API key names this broker implements (~20); `version`: 0..=31 or `other`.
-//! - `error`: Kafka error names (a fixed table of ~130); `reason`, `phase`, `backend`, `state`:
+//! - `error`: Kafka error names (a fixed table of ~130); `reason`, `phase`, `backend`, `appends`, `state`:
 //!   small fixed sets.
 //! - `topic`, `partition`: topics and partitions that exist on this broker (only existing ones
 //!   are counted, so a client cannot mint labels by naming topics that do not exist).

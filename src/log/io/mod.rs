@@ -41,6 +41,13 @@ pub trait IoBackend: Send + Sync + fmt::Debug {
     fn name(&self) -> &'static str;
     /// Opens `path` read-write, creating it if missing; never truncates.
     fn open(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>>;
+    /// Settles, before any segment is opened, whatever the backend decides per log dir.
+    fn prepare_dir(&self, _dir: &Path) {}
+    /// How appends reach the file: `"pwritev"`, `"io_uring"`, or `"mixed"` when it differs
+    /// between the log dirs' filesystems.
+    fn append_path(&self) -> &'static str {
+        "pwritev"
+    }
 }
 
 /// One open `.log` file. All offsets are absolute file positions.

@@ -185,27 +185,47 @@ impl IoBackend for UringBackend {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         let ring_writes = match self.writes {
             WritePath::Ring => true,
-            WritePath::Auto => {
-                let dev = file.metadata()?.dev();
-                let mut known = self.async_writes.lock();
-                match known.get(&dev) {
-                    Some(&yes) => yes,
-                    None => {
-                        let dir = path.parent().unwrap_or(Path::new("."));
-                        let yes = async_buffered_writes(dir);
-                        tracing::info!(
-                            dir = %dir.display(),
-                            async_buffered_writes = yes,
-                            "io_uring: segment writes on this filesystem go {}",
-                            if yes { "through the ring" } else { "inline with pwritev (io_uring would hand each to a kernel worker)" }
-                        );
-                        known.insert(dev, yes);
-                        yes
-                    }
-                }
-            }
+            WritePath::Auto => self.ring_writes_on(file.metadata()?.dev(), path.parent().unwrap_or(Path::new("."))),
         };
         Ok(Box::new(UringSegmentFile { file, ring_writes }))
+    }
+
+    fn prepare_dir(&self, dir: &Path) {
+        if let (WritePath::Auto, Ok(meta)) = (self.writes, std::fs::metadata(dir)) {
+            self.ring_writes_on(meta.dev(), dir);
+        }
+    }
+
+    fn append_path(&self) -> &'static str {
+        if self.writes == WritePath::Ring {
+            return "io_uring";
+        }
+        let known = self.async_writes.lock();
+        match (known.values().any(|&y| y), known.values().any(|&y| !y)) {
+            (true, true) => "mixed",
+            (true, false) => "io_uring",
+            _ => "pwritev",
+        }
+    }
+}
+
+impl UringBackend {
+    /// Whether appends on filesystem `dev` (holding `dir`) go through the ring; probed once per
+    /// filesystem, see [`async_buffered_writes`].
+    fn ring_writes_on(&self, dev: u64, dir: &Path) -> bool {
+        let mut known = self.async_writes.lock();
+        if let Some(&yes) = known.get(&dev) {
+            return yes;
+        }
+        let yes = async_buffered_writes(dir);
+        tracing::info!(
+            dir = %dir.display(),
+            async_buffered_writes = yes,
+            "io_uring: segment writes on this filesystem go {}",
+            if yes { "through the ring" } else { "inline with pwritev (io_uring would hand each to a kernel worker)" }
+        );
+        known.insert(dev, yes);
+        yes
     }
 }
 
@@ -351,6 +371,23 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         // An unwritable place answers "through the ring" rather than failing.
         assert!(async_buffered_writes(&dir.path().join("missing")));
+    }
+
+    #[test]
+    fn the_append_path_follows_the_probe_of_each_prepared_log_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let Ok(auto) = UringBackend::new(WritePath::Auto) else { return };
+        assert_eq!(auto.append_path(), "pwritev", "nothing probed yet");
+        auto.prepare_dir(dir.path());
+        let expected = if async_buffered_writes(dir.path()) { "io_uring" } else { "pwritev" };
+        assert_eq!(auto.append_path(), expected);
+        // Another filesystem answering the other way makes it mixed.
+        auto.async_writes.lock().insert(u64::MAX, expected == "pwritev");
+        assert_eq!(auto.append_path(), "mixed");
+        let ring = UringBackend::new(WritePath::Ring).unwrap();
+        ring.prepare_dir(dir.path());
+        assert_eq!(ring.append_path(), "io_uring");
+        assert!(ring.async_writes.lock().is_empty(), "an explicit ring backend does not probe");
     }
 
     #[test]
