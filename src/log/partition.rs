@@ -777,7 +777,12 @@ impl PartitionLog {
     }
 
     /// Removes the whole partition directory (DeleteTopics).
-    pub fn delete_files(self) -> Result<(), LogError> {
+    pub fn delete_files(mut self) -> Result<(), LogError> {
+        // A flush still running would fail on the vanished directory; its outcome no longer
+        // matters, only that it has ended.
+        if let Some(ticket) = self.pending_flush.take() {
+            let _ = ticket.wait();
+        }
         let dir = self.dir.clone();
         drop(self);
         fs::remove_dir_all(&dir).map_err(|e| LogError::io(&dir, "delete partition directory", e))
