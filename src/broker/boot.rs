@@ -50,8 +50,13 @@ pub fn active_check(log_dir: &Path, boot_id: Option<&str>) -> ActiveCheck {
 }
 
 /// Records that every partition of `log_dir` was opened (and checked) during boot `boot_id`.
+///
+/// Replaced through a rename but not fsynced: the marker only has to hold within the boot that
+/// wrote it, where the page cache is the truth. After an OS crash the boot id changes, so a
+/// marker the crash lost (or kept) cannot match anyway, and startup does not wait for a disk
+/// that is still writing back what the previous broker left.
 pub fn record(log_dir: &Path, boot_id: &str) -> Result<(), LogError> {
-    checkpoint::write_atomically(&log_dir.join(MARKER), format!("{boot_id}\n").as_bytes())
+    checkpoint::write_replacing(&log_dir.join(MARKER), format!("{boot_id}\n").as_bytes())
 }
 
 #[cfg(test)]

@@ -209,7 +209,10 @@ impl Broker {
         broker.load_topics(&checks)?;
         broker.groups.load(&broker)?;
         if let Some(id) = &boot_id {
-            for dir in &broker.config.log_dirs {
+            // A dir checked structurally already holds this boot's id. Rewriting it anyway
+            // replaces a file by rename, which ext4 follows with writeback of the new file;
+            // behind the writeback a killed broker left, that held startup for seconds.
+            for dir in broker.config.log_dirs.iter().filter(|d| checks.get(*d) != Some(&ActiveCheck::Structure)) {
                 if let Err(e) = boot::record(dir, id) {
                     tracing::warn!(dir = %dir.display(), error = %error_chain(&e), "could not record the boot id; the next start verifies CRCs again");
                 }

@@ -10,8 +10,9 @@
 //! both forms read back correctly here).
 //!
 //! # Open files
-//! An index file is created (or rewritten) when its segment is created or opened, and then
-//! closed: it is opened again only when an entry is appended or unsynced content must be
+//! An index file is created when its segment is created, rewritten when it is rebuilt or held
+//! trailing zero entries, and otherwise taken over as it is when the segment is opened; then it
+//! is closed: it is opened again only when an entry is appended or unsynced content must be
 //! fsynced. A partition that receives less than `index.interval.bytes` therefore holds one file
 //! descriptor (its `.log`), not three, which is what lets one broker serve 10,000 idle
 //! partitions under an ordinary open-files limit. Kafka gets the same by mmapping its indexes
@@ -87,6 +88,17 @@ impl IndexFile {
         Ok(IndexFile { path: path.to_path_buf(), file: None, dirty: !bytes.is_empty() })
     }
 
+    /// Takes over `path` as it is when it holds exactly `len` bytes (what loading it kept), else
+    /// rewrites it with `bytes()`. Reopening a partition then writes nothing: truncating an
+    /// index file waits for any writeback of its pages, which behind a busy disk took seconds
+    /// per restart.
+    fn adopt(path: &Path, len: usize, bytes: impl FnOnce() -> Vec<u8>) -> Result<IndexFile, LogError> {
+        match std::fs::metadata(path) {
+            Ok(m) if m.len() == len as u64 => Ok(IndexFile { path: path.to_path_buf(), file: None, dirty: len > 0 }),
+            _ => IndexFile::create(path, &bytes()),
+        }
+    }
+
     fn open(&mut self) -> Result<&File, LogError> {
         if self.file.is_none() {
             let f = OpenOptions::new().write(true).open(&self.path).map_err(|e| LogError::io(&self.path, "open index", e))?;
@@ -157,15 +169,26 @@ impl OffsetIndex {
         IndexLoad::Loaded(entries)
     }
 
-    /// Writes `entries` as the whole file and keeps it open for appends.
+    /// Writes `entries` as the whole file.
     pub fn create(path: &Path, entries: Vec<(u32, u32)>) -> Result<OffsetIndex, LogError> {
+        let file = IndexFile::create(path, &Self::encode(&entries))?;
+        Ok(OffsetIndex { entries, file })
+    }
+
+    /// An index for `entries` just loaded from `path`: the file is kept when it holds exactly
+    /// them, rewritten otherwise (trailing zero entries).
+    pub fn adopt(path: &Path, entries: Vec<(u32, u32)>) -> Result<OffsetIndex, LogError> {
+        let file = IndexFile::adopt(path, entries.len() * 8, || Self::encode(&entries))?;
+        Ok(OffsetIndex { entries, file })
+    }
+
+    fn encode(entries: &[(u32, u32)]) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(entries.len() * 8);
-        for (rel, pos) in &entries {
+        for (rel, pos) in entries {
             bytes.extend_from_slice(&rel.to_be_bytes());
             bytes.extend_from_slice(&pos.to_be_bytes());
         }
-        let file = IndexFile::create(path, &bytes)?;
-        Ok(OffsetIndex { entries, file })
+        bytes
     }
 
     pub fn entries(&self) -> &[(u32, u32)] {
@@ -239,14 +262,25 @@ impl TimeIndex {
         IndexLoad::Loaded(entries)
     }
 
+    /// Writes `entries` as the whole file.
     pub fn create(path: &Path, entries: Vec<(i64, u32)>) -> Result<TimeIndex, LogError> {
+        let file = IndexFile::create(path, &Self::encode(&entries))?;
+        Ok(TimeIndex { entries, file })
+    }
+
+    /// See [`OffsetIndex::adopt`].
+    pub fn adopt(path: &Path, entries: Vec<(i64, u32)>) -> Result<TimeIndex, LogError> {
+        let file = IndexFile::adopt(path, entries.len() * 12, || Self::encode(&entries))?;
+        Ok(TimeIndex { entries, file })
+    }
+
+    fn encode(entries: &[(i64, u32)]) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(entries.len() * 12);
-        for (ts, rel) in &entries {
+        for (ts, rel) in entries {
             bytes.extend_from_slice(&ts.to_be_bytes());
             bytes.extend_from_slice(&rel.to_be_bytes());
         }
-        let file = IndexFile::create(path, &bytes)?;
-        Ok(TimeIndex { entries, file })
+        bytes
     }
 
     pub fn entries(&self) -> &[(i64, u32)] {
@@ -315,6 +349,32 @@ mod tests {
         std::fs::write(&p, [0u8; 7]).unwrap();
         assert!(matches!(OffsetIndex::load(&p, 8000), IndexLoad::Malformed(_)));
         assert!(matches!(OffsetIndex::load(&dir.path().join("x.index"), 1), IndexLoad::Missing));
+    }
+
+    #[test]
+    fn reopening_keeps_an_exact_index_file_and_rewrites_one_with_trailing_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("0.index");
+        let mut written = OffsetIndex::create(&p, vec![(3, 4100), (9, 8300)]).unwrap();
+        written.append(12, 9000).unwrap();
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = (std::fs::metadata(&p).unwrap().modified().unwrap(), inode(&p));
+        let IndexLoad::Loaded(entries) = OffsetIndex::load(&p, 10_000) else { panic!("loads") };
+        let mut adopted = OffsetIndex::adopt(&p, entries).unwrap();
+        assert_eq!((std::fs::metadata(&p).unwrap().modified().unwrap(), inode(&p)), before, "not rewritten");
+        assert_eq!(adopted.entries(), &[(3, 4100), (9, 8300), (12, 9000)]);
+        adopted.append(20, 9500).unwrap();
+        assert!(matches!(OffsetIndex::load(&p, 10_000), IndexLoad::Loaded(e) if e.len() == 4 && e[3] == (20, 9500)));
+
+        let t = dir.path().join("0.timeindex");
+        let mut bytes = TimeIndex::encode(&[(1000, 3), (2000, 9)]);
+        bytes.resize(bytes.len() + 12 * 10, 0); // Kafka's preallocated tail
+        std::fs::write(&t, &bytes).unwrap();
+        let IndexLoad::Loaded(entries) = TimeIndex::load(&t) else { panic!("loads") };
+        let mut adopted = TimeIndex::adopt(&t, entries).unwrap();
+        assert_eq!(std::fs::metadata(&t).unwrap().len(), 24, "zero tail dropped");
+        adopted.maybe_append(3000, 12).unwrap();
+        assert!(matches!(TimeIndex::load(&t), IndexLoad::Loaded(e) if e == vec![(1000, 3), (2000, 9), (3000, 12)]));
     }
 
     /// Open descriptors of this process that point at `path`.

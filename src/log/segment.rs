@@ -197,12 +197,12 @@ impl Segment {
             next_offset: base_offset,
             // Opened without truncation only when the loaded content is kept as it is.
             offset_index: if loaded.is_some() {
-                OffsetIndex::create(&index_path, oi)?
+                OffsetIndex::adopt(&index_path, oi)?
             } else {
                 OffsetIndex::create(&index_path, Vec::new())?
             },
             time_index: if loaded.is_some() {
-                TimeIndex::create(&time_path, ti)?
+                TimeIndex::adopt(&time_path, ti)?
             } else {
                 TimeIndex::create(&time_path, Vec::new())?
             },
