@@ -68,7 +68,6 @@ pub fn frame_response<R: Encodable + HeaderVersion>(correlation_id: i32, version
     Ok(buf)
 }
 
-/// Makes a kafka-protocol string.
 /// Runs `f` on tokio's blocking pool and waits for it. For broker operations that fsync
 /// (creating topics and partitions): under heavy writeback an fsync can take seconds, and on a
 /// runtime thread it would stall every connection that thread serves. A panic in `f` is
@@ -80,6 +79,7 @@ pub(crate) async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send 
     }
 }
 
+/// Makes a kafka-protocol string.
 pub fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
