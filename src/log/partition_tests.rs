@@ -775,3 +775,33 @@ fn a_growing_segment_reserves_blocks_ahead_and_a_roll_gives_them_back() {
         assert_eq!(read_all(&log), before, "{}", io.name());
     }
 }
+
+#[test]
+fn index_entries_lost_with_a_crash_are_restored_on_reopen() {
+    for io in test_backends() {
+        for check in [ActiveCheck::Crc, ActiveCheck::Structure] {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = LogConfig { index_interval_bytes: 128, ..LogConfig::default() };
+            let mut log = open(dir.path(), cfg.clone(), &io);
+            for i in 0..300 {
+                log.append_as_leader(batch_with(1, i, 100).into(), 0, i).unwrap();
+            }
+            let (offsets, times) = {
+                let seg = log.segments.last().unwrap();
+                (seg.offset_index().entries().to_vec(), seg.time_index().entries().to_vec())
+            };
+            let what = format!("{} {check:?}", io.name());
+            assert!(offsets.len() > crate::log::index::PENDING_WRITE_BYTES / 8, "{what}: {} entries", offsets.len());
+            let before = read_all(&log);
+            drop(log); // no flush: entries still in memory are lost, as with kill -9
+            let on_file = fs::metadata(dir.path().join("00000000000000000000.index")).unwrap().len();
+            assert!(on_file < offsets.len() as u64 * 8, "{what}: the crash lost the unwritten entries");
+
+            let log = PartitionLog::open_with(dir.path(), cfg.clone(), io.clone(), check).unwrap();
+            let seg = log.segments.last().unwrap();
+            assert_eq!(seg.offset_index().entries(), &offsets[..], "{what}");
+            assert_eq!(seg.time_index().entries(), &times[..], "{what}");
+            assert_eq!(read_all(&log), before, "{what}");
+        }
+    }
+}

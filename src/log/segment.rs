@@ -247,12 +247,10 @@ impl Segment {
             seg.recover()?;
             return Ok(seg);
         }
-        for (_, h) in &tail {
-            seg.next_offset = h.next_offset();
-            if h.max_timestamp > seg.max_timestamp {
-                seg.max_timestamp = h.max_timestamp;
-                seg.offset_of_max_timestamp = h.last_offset();
-            }
+        // Batches after the last entry on file get their entries again: the ones that were
+        // still waiting in memory when the broker stopped (see index.rs, "Crashes").
+        for (pos, h) in &tail {
+            seg.track_batch(*pos, h)?;
         }
         seg.load_first_batch_timestamp()?;
         Ok(seg)
@@ -414,22 +412,32 @@ impl Segment {
         if self.first_batch_timestamp.is_none() {
             self.first_batch_timestamp = batches.first().map(|(_, h)| h.max_timestamp);
         }
-        let interval = u64::from(self.index_interval_bytes);
         for (rel_pos, h) in batches {
-            let pos = start + *rel_pos as u64;
-            self.next_offset = h.next_offset();
-            if h.max_timestamp > self.max_timestamp {
-                self.max_timestamp = h.max_timestamp;
-                self.offset_of_max_timestamp = h.last_offset();
+            self.track_batch(start + *rel_pos as u64, h)?;
+        }
+        Ok(())
+    }
+
+    /// Accounts for the batch at `pos` (the last one so far): next offset, max timestamp, and
+    /// index entries once `index.interval.bytes` passed since the last entry.
+    fn track_batch(&mut self, pos: u64, h: &BatchHeader) -> Result<(), LogError> {
+        self.next_offset = h.next_offset();
+        if h.max_timestamp > self.max_timestamp {
+            self.max_timestamp = h.max_timestamp;
+            self.offset_of_max_timestamp = h.last_offset();
+        }
+        if pos - self.last_index_position > u64::from(self.index_interval_bytes) {
+            let rel = (h.last_offset() - self.base_offset) as u32;
+            self.offset_index.append(rel, pos as u32);
+            if self.max_timestamp >= 0 {
+                let trel = (self.offset_of_max_timestamp - self.base_offset) as u32;
+                self.time_index.maybe_append(self.max_timestamp, trel);
             }
-            if pos - self.last_index_position > interval {
-                let rel = (h.last_offset() - self.base_offset) as u32;
-                self.offset_index.append(rel, pos as u32)?;
-                if self.max_timestamp >= 0 {
-                    let trel = (self.offset_of_max_timestamp - self.base_offset) as u32;
-                    self.time_index.maybe_append(self.max_timestamp, trel)?;
-                }
-                self.last_index_position = pos;
+            self.last_index_position = pos;
+            if self.offset_index.pending_full() || self.time_index.pending_full() {
+                // Both at once, so the files end at the same batch (what `open` relies on).
+                self.offset_index.write_pending()?;
+                self.time_index.write_pending()?;
             }
         }
         Ok(())
@@ -558,7 +566,7 @@ impl Segment {
     pub fn on_roll(&mut self, dir: &Path) -> Result<FlushJob, LogError> {
         if self.max_timestamp >= 0 {
             let rel = (self.offset_of_max_timestamp - self.base_offset) as u32;
-            self.time_index.maybe_append(self.max_timestamp, rel)?;
+            self.time_index.maybe_append(self.max_timestamp, rel);
         }
         let mut indexes = Vec::with_capacity(2);
         indexes.extend(self.offset_index.take_unsynced()?);
