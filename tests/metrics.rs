@@ -116,7 +116,10 @@ fn scrape_reports_what_was_produced_and_fetched() {
     assert_eq!(v(r#"sluice_requests_total{api="Fetch",version="12"}"#), 1.0);
     assert_eq!(v(r#"sluice_request_errors_total{api="Produce",error="UNKNOWN_TOPIC_OR_PARTITION"}"#), 1.0);
     assert_eq!(v(r#"sluice_request_duration_seconds_count{api="Produce"}"#), 4.0);
-    assert_eq!(v(r#"sluice_request_phase_seconds_count{api="Produce",phase="queue"}"#), 4.0);
+    for phase in ["queue", "local", "send"] {
+        assert_eq!(v(&format!(r#"sluice_request_phase_seconds_count{{api="Produce",phase="{phase}"}}"#)), 4.0, "{phase}");
+    }
+    assert_eq!(v(r#"sluice_request_duration_seconds_count{api="Fetch"}"#), 1.0);
     assert_eq!(v("sluice_produce_batch_records_count"), 3.0);
     assert_eq!(v("sluice_produce_batch_records_sum"), 35.0);
     assert_eq!(v(r#"sluice_produce_batch_records_bucket{le="10"}"#), 2.0);
