@@ -177,83 +177,108 @@ impl IndexFile {
     }
 }
 
-/// `.index`: relative offset -> file position of the batch whose last offset it is.
+/// One fixed-size, big-endian entry of an index file.
+pub trait IndexEntry: Copy + std::fmt::Debug {
+    const LEN: usize;
+    fn encode(&self, out: &mut [u8]);
+    fn decode(bytes: &[u8]) -> Self;
+}
+
+/// Offset index entry: (relative offset, file position of the batch whose last offset it is).
+impl IndexEntry for (u32, u32) {
+    const LEN: usize = 8;
+    fn encode(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&self.0.to_be_bytes());
+        out[4..8].copy_from_slice(&self.1.to_be_bytes());
+    }
+    fn decode(b: &[u8]) -> Self {
+        (u32::from_be_bytes([b[0], b[1], b[2], b[3]]), u32::from_be_bytes([b[4], b[5], b[6], b[7]]))
+    }
+}
+
+/// Time index entry: (max timestamp seen so far, relative offset of the batch that carried it).
+impl IndexEntry for (i64, u32) {
+    const LEN: usize = 12;
+    fn encode(&self, out: &mut [u8]) {
+        out[..8].copy_from_slice(&self.0.to_be_bytes());
+        out[8..12].copy_from_slice(&self.1.to_be_bytes());
+    }
+    fn decode(b: &[u8]) -> Self {
+        let mut ts = [0u8; 8];
+        ts.copy_from_slice(&b[..8]);
+        (i64::from_be_bytes(ts), u32::from_be_bytes([b[8], b[9], b[10], b[11]]))
+    }
+}
+
+/// A sparse index: its entries in memory, in order, and the file they are written to.
 #[derive(Debug)]
-pub struct OffsetIndex {
-    entries: Vec<(u32, u32)>,
+pub struct SparseIndex<E> {
+    entries: Vec<E>,
     file: IndexFile,
 }
 
-impl OffsetIndex {
-    /// Loads and validates the index against a `.log` of `log_size` bytes.
-    pub fn load(path: &Path, log_size: u64) -> IndexLoad<(u32, u32)> {
-        let buf = match read_entries(path, 8) {
+/// `.index`: relative offset -> file position of the batch whose last offset it is.
+pub type OffsetIndex = SparseIndex<(u32, u32)>;
+
+/// `.timeindex`: max timestamp seen so far -> relative offset of the batch that carried it.
+pub type TimeIndex = SparseIndex<(i64, u32)>;
+
+impl<E: IndexEntry> SparseIndex<E> {
+    /// Reads the entries of `path`, each checked by `follows(previous, entry)` (an `Err` says
+    /// why the file is malformed).
+    fn load_checked(path: &Path, follows: impl Fn(Option<&E>, &E) -> Result<(), String>) -> IndexLoad<E> {
+        let buf = match read_entries(path, E::LEN) {
             Ok(Some(b)) => b,
             Ok(None) => return IndexLoad::Missing,
             Err(reason) => return IndexLoad::Malformed(reason),
         };
-        let mut entries = Vec::with_capacity(buf.len() / 8);
-        for c in buf.chunks_exact(8) {
-            let rel = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-            let pos = u32::from_be_bytes([c[4], c[5], c[6], c[7]]);
-            if u64::from(pos) >= log_size {
-                return IndexLoad::Malformed(format!("position {pos} is beyond the log size {log_size}"));
+        let mut entries: Vec<E> = Vec::with_capacity(buf.len() / E::LEN);
+        for c in buf.chunks_exact(E::LEN) {
+            let e = E::decode(c);
+            if let Err(reason) = follows(entries.last(), &e) {
+                return IndexLoad::Malformed(reason);
             }
-            if let Some(&(prel, ppos)) = entries.last() {
-                if rel <= prel || pos <= ppos {
-                    return IndexLoad::Malformed(format!("entry ({rel}, {pos}) does not follow ({prel}, {ppos})"));
-                }
-            }
-            entries.push((rel, pos));
+            entries.push(e);
         }
         IndexLoad::Loaded(entries)
     }
 
     /// Writes `entries` as the whole file.
-    pub fn create(path: &Path, entries: Vec<(u32, u32)>) -> Result<OffsetIndex, LogError> {
+    pub fn create(path: &Path, entries: Vec<E>) -> Result<Self, LogError> {
         let file = IndexFile::create(path, &Self::encode(&entries))?;
-        Ok(OffsetIndex { entries, file })
+        Ok(SparseIndex { entries, file })
     }
 
     /// An index for `entries` just loaded from `path`: the file is kept when it holds exactly
     /// them, rewritten otherwise (trailing zero entries).
-    pub fn adopt(path: &Path, entries: Vec<(u32, u32)>) -> Result<OffsetIndex, LogError> {
-        let file = IndexFile::adopt(path, entries.len() * 8, || Self::encode(&entries))?;
-        Ok(OffsetIndex { entries, file })
+    pub fn adopt(path: &Path, entries: Vec<E>) -> Result<Self, LogError> {
+        let file = IndexFile::adopt(path, entries.len() * E::LEN, || Self::encode(&entries))?;
+        Ok(SparseIndex { entries, file })
     }
 
-    fn encode(entries: &[(u32, u32)]) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(entries.len() * 8);
-        for (rel, pos) in entries {
-            bytes.extend_from_slice(&rel.to_be_bytes());
-            bytes.extend_from_slice(&pos.to_be_bytes());
+    fn encode(entries: &[E]) -> Vec<u8> {
+        let mut bytes = vec![0u8; entries.len() * E::LEN];
+        for (e, out) in entries.iter().zip(bytes.chunks_exact_mut(E::LEN)) {
+            e.encode(out);
         }
         bytes
     }
 
-    pub fn entries(&self) -> &[(u32, u32)] {
+    /// Adds an entry the caller checked to follow the last one; it waits in memory for
+    /// [`SparseIndex::write_pending`] or a sync.
+    fn push(&mut self, e: E) {
+        let mut buf = [0u8; 16];
+        e.encode(&mut buf[..E::LEN]);
+        self.entries.push(e);
+        self.file.append(&buf[..E::LEN]);
+    }
+
+    pub fn entries(&self) -> &[E] {
         &self.entries
     }
 
-    pub fn last(&self) -> Option<(u32, u32)> {
+    pub fn last(&self) -> Option<E> {
         self.entries.last().copied()
-    }
-
-    pub fn append(&mut self, rel: u32, pos: u32) {
-        if self.entries.last().is_some_and(|&(r, p)| rel <= r || pos <= p) {
-            return; // never break monotonicity; a skipped entry only costs scan time
-        }
-        let mut e = [0u8; 8];
-        e[..4].copy_from_slice(&rel.to_be_bytes());
-        e[4..].copy_from_slice(&pos.to_be_bytes());
-        self.entries.push((rel, pos));
-        self.file.append(&e);
-    }
-
-    /// Largest entry with relative offset <= `rel`: where to start scanning for `rel`.
-    pub fn lookup(&self, rel: u32) -> Option<(u32, u32)> {
-        let i = self.entries.partition_point(|&(r, _)| r <= rel);
-        i.checked_sub(1).map(|i| self.entries[i])
     }
 
     /// Entries wait in memory for a full group ([`PENDING_WRITE_BYTES`]).
@@ -280,63 +305,44 @@ impl OffsetIndex {
     }
 }
 
-/// `.timeindex`: max timestamp seen so far -> relative offset of the batch that carried it.
-#[derive(Debug)]
-pub struct TimeIndex {
-    entries: Vec<(i64, u32)>,
-    file: IndexFile,
+impl OffsetIndex {
+    /// Loads and validates the index against a `.log` of `log_size` bytes.
+    pub fn load(path: &Path, log_size: u64) -> IndexLoad<(u32, u32)> {
+        Self::load_checked(path, |prev, &(rel, pos)| {
+            if u64::from(pos) >= log_size {
+                return Err(format!("position {pos} is beyond the log size {log_size}"));
+            }
+            match prev {
+                Some(&(prel, ppos)) if rel <= prel || pos <= ppos => {
+                    Err(format!("entry ({rel}, {pos}) does not follow ({prel}, {ppos})"))
+                }
+                _ => Ok(()),
+            }
+        })
+    }
+
+    pub fn append(&mut self, rel: u32, pos: u32) {
+        if self.entries.last().is_some_and(|&(r, p)| rel <= r || pos <= p) {
+            return; // never break monotonicity; a skipped entry only costs scan time
+        }
+        self.push((rel, pos));
+    }
+
+    /// Largest entry with relative offset <= `rel`: where to start scanning for `rel`.
+    pub fn lookup(&self, rel: u32) -> Option<(u32, u32)> {
+        let i = self.entries.partition_point(|&(r, _)| r <= rel);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
 }
 
 impl TimeIndex {
     pub fn load(path: &Path) -> IndexLoad<(i64, u32)> {
-        let buf = match read_entries(path, 12) {
-            Ok(Some(b)) => b,
-            Ok(None) => return IndexLoad::Missing,
-            Err(reason) => return IndexLoad::Malformed(reason),
-        };
-        let mut entries: Vec<(i64, u32)> = Vec::with_capacity(buf.len() / 12);
-        for c in buf.chunks_exact(12) {
-            let mut ts = [0u8; 8];
-            ts.copy_from_slice(&c[..8]);
-            let ts = i64::from_be_bytes(ts);
-            let rel = u32::from_be_bytes([c[8], c[9], c[10], c[11]]);
-            if let Some(&(pts, prel)) = entries.last() {
-                if ts <= pts || rel < prel {
-                    return IndexLoad::Malformed(format!("entry ({ts}, {rel}) does not follow ({pts}, {prel})"));
-                }
+        Self::load_checked(path, |prev, &(ts, rel)| match prev {
+            Some(&(pts, prel)) if ts <= pts || rel < prel => {
+                Err(format!("entry ({ts}, {rel}) does not follow ({pts}, {prel})"))
             }
-            entries.push((ts, rel));
-        }
-        IndexLoad::Loaded(entries)
-    }
-
-    /// Writes `entries` as the whole file.
-    pub fn create(path: &Path, entries: Vec<(i64, u32)>) -> Result<TimeIndex, LogError> {
-        let file = IndexFile::create(path, &Self::encode(&entries))?;
-        Ok(TimeIndex { entries, file })
-    }
-
-    /// See [`OffsetIndex::adopt`].
-    pub fn adopt(path: &Path, entries: Vec<(i64, u32)>) -> Result<TimeIndex, LogError> {
-        let file = IndexFile::adopt(path, entries.len() * 12, || Self::encode(&entries))?;
-        Ok(TimeIndex { entries, file })
-    }
-
-    fn encode(entries: &[(i64, u32)]) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(entries.len() * 12);
-        for (ts, rel) in entries {
-            bytes.extend_from_slice(&ts.to_be_bytes());
-            bytes.extend_from_slice(&rel.to_be_bytes());
-        }
-        bytes
-    }
-
-    pub fn entries(&self) -> &[(i64, u32)] {
-        &self.entries
-    }
-
-    pub fn last(&self) -> Option<(i64, u32)> {
-        self.entries.last().copied()
+            _ => Ok(()),
+        })
     }
 
     /// Appends only when `ts` is larger than the last entry's timestamp (Kafka's maybeAppend).
@@ -344,11 +350,7 @@ impl TimeIndex {
         if self.entries.last().is_some_and(|&(t, r)| ts <= t || rel < r) {
             return;
         }
-        let mut e = [0u8; 12];
-        e[..8].copy_from_slice(&ts.to_be_bytes());
-        e[8..].copy_from_slice(&rel.to_be_bytes());
-        self.entries.push((ts, rel));
-        self.file.append(&e);
+        self.push((ts, rel));
     }
 
     /// Largest entry with timestamp strictly below `ts`: every record at or before its offset
@@ -356,29 +358,6 @@ impl TimeIndex {
     pub fn lookup_before(&self, ts: i64) -> Option<(i64, u32)> {
         let i = self.entries.partition_point(|&(t, _)| t < ts);
         i.checked_sub(1).map(|i| self.entries[i])
-    }
-
-    /// See [`OffsetIndex::pending_full`].
-    pub fn pending_full(&self) -> bool {
-        self.file.pending.len() >= PENDING_WRITE_BYTES
-    }
-
-    /// See [`OffsetIndex::write_pending`].
-    pub fn write_pending(&mut self) -> Result<(), LogError> {
-        self.file.write_pending("append time index")
-    }
-
-    pub fn sync(&mut self) -> Result<(), LogError> {
-        self.file.sync("fsync time index")
-    }
-
-    /// See `IndexFile::take_unsynced`.
-    pub fn take_unsynced(&mut self) -> Result<Option<(PathBuf, File)>, LogError> {
-        self.file.take_unsynced()
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.file.path
     }
 }
 
