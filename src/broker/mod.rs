@@ -325,7 +325,8 @@ impl Broker {
                 }
             },
         }
-        Ok(Arc::new(Partition::new(topic.clone(), p, id, log).map_err(wrap)?))
+        let partition = Partition::new(topic.clone(), p, id, log, self.now_ms(), self.config.producer_id_expiration_ms);
+        Ok(Arc::new(partition.map_err(wrap)?))
     }
 
     /// Creates partitions `first..count` of a topic, the highest one first and durably (see

@@ -1,7 +1,8 @@
 //! The retention loop: every `log.retention.check.interval.ms`, each partition deletes the
 //! segments its `retention.ms` / `retention.bytes` no longer cover (whole segments only, never the
-//! active one). A failure on one partition is logged with the partition and does not stop the
-//! loop or other partitions.
+//! active one) and forgets idempotent producers idle for `producer.id.expiration.ms` (Kafka checks
+//! those every `producer.id.expiration.check.interval.ms`, 10 minutes by default). A failure on
+//! one partition is logged with the partition and does not stop the loop or other partitions.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,7 @@ pub fn enforce_all(broker: &Broker) -> usize {
     let mut deleted = 0;
     for topic in broker.all_topics() {
         for p in &topic.partitions {
+            p.expire_producers(now, broker.config.producer_id_expiration_ms);
             match p.enforce_retention(now) {
                 Ok(n) => deleted += n,
                 Err(e) => tracing::error!(topic = %topic.name, partition = p.index, error = %error_chain(&e), "retention failed"),

@@ -67,6 +67,9 @@ pub struct BrokerConfig {
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
     pub log_retention_check_interval_ms: u64,
+    /// `producer.id.expiration.ms`: idempotent-producer state is forgotten this long after the
+    /// producer's last batch (by its timestamp), as in Kafka.
+    pub producer_id_expiration_ms: i64,
     pub socket_request_max_bytes: usize,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
@@ -125,6 +128,7 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("auto.create.topics.enable", "true"),
     ("delete.topic.enable", "true"),
     ("log.retention.check.interval.ms", "300000"),
+    ("producer.id.expiration.ms", "86400000"),
     ("socket.request.max.bytes", "104857600"),
     ("max.connections", "2147483647"),
     ("max.connections.per.ip", "2147483647"),
@@ -255,6 +259,12 @@ impl BrokerConfig {
                 &get("log.retention.check.interval.ms"),
                 1,
                 u64::MAX,
+            )?,
+            producer_id_expiration_ms: parse_int(
+                "producer.id.expiration.ms",
+                &get("producer.id.expiration.ms"),
+                1,
+                i32::MAX as i64,
             )?,
             socket_request_max_bytes: parse_int(
                 "socket.request.max.bytes",
@@ -418,6 +428,7 @@ mod tests {
         assert_eq!(c.socket_request_max_bytes, 104857600);
         assert_eq!(c.topic_defaults.get("segment.bytes").unwrap(), "1073741824");
         assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "604800000");
+        assert_eq!(c.producer_id_expiration_ms, 86_400_000);
     }
 
     #[test]
@@ -430,6 +441,8 @@ mod tests {
         assert!(err.contains("listeners") && err.contains("NAME://host:port"), "{err}");
         let err = load(&[("log.segment.bytes", "10")]).err().unwrap().to_string();
         assert!(err.contains("log.segment.bytes"), "{err}");
+        let err = load(&[("producer.id.expiration.ms", "0")]).err().unwrap().to_string();
+        assert!(err.contains("producer.id.expiration.ms") && err.contains('0'), "{err}");
     }
 
     #[test]

@@ -546,11 +546,15 @@ impl PartitionLog {
     }
 
     /// Calls `f` with the header of every batch from the one holding the log start offset to
-    /// the end, in offset order. Reads 61 bytes per batch, not the records: this is what
-    /// rebuilding producer state at startup needs.
-    pub fn for_each_batch_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
+    /// the end, in offset order, skipping whole segments whose largest timestamp is below
+    /// `min_timestamp`. Reads 61 bytes per batch, not the records: this is what rebuilding
+    /// producer state at startup needs.
+    pub fn for_each_batch_header(&self, min_timestamp: i64, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
         let start = self.log_start_offset;
         for seg in &self.segments[self.segment_index_for(start)..] {
+            if seg.max_timestamp() < min_timestamp {
+                continue;
+            }
             let Some((mut pos, _)) = seg.find_batch(start)? else { continue };
             while pos < seg.size() {
                 let h = seg.header_at(pos)?;

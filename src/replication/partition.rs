@@ -77,9 +77,17 @@ impl std::fmt::Debug for Partition {
 }
 
 impl Partition {
-    /// Wraps an opened log, rebuilding producer state from its batch headers.
-    pub fn new(topic: Arc<str>, index: i32, topic_id: Uuid, log: PartitionLog) -> Result<Partition, LogError> {
-        let producers = rebuild_producer_state(&log)?;
+    /// Wraps an opened log, rebuilding producer state from its batch headers (those of the last
+    /// `producer_id_expiration_ms` before `now_ms`: older producers are expired).
+    pub fn new(
+        topic: Arc<str>,
+        index: i32,
+        topic_id: Uuid,
+        log: PartitionLog,
+        now_ms: i64,
+        producer_id_expiration_ms: i64,
+    ) -> Result<Partition, LogError> {
+        let producers = rebuild_producer_state(&log, now_ms, producer_id_expiration_ms)?;
         let hw = log.log_end_offset();
         let start = log.log_start_offset();
         Ok(Partition {
@@ -197,6 +205,11 @@ impl Partition {
         Ok(start)
     }
 
+    /// Forgets producers whose last batch is `expiration_ms` old; returns how many.
+    pub fn expire_producers(&self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.state.lock().producers.remove_expired(now_ms, expiration_ms)
+    }
+
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         let mut st = self.state.lock();
         let n = st.log.enforce_retention(now_ms)?;
@@ -241,13 +254,17 @@ impl Partition {
     }
 }
 
-/// Replays batch headers to rebuild idempotent-producer state after a restart.
-fn rebuild_producer_state(log: &PartitionLog) -> Result<ProducerStateTable, LogError> {
-    // TODO(producer snapshots): this walks every batch header of the log at startup (61 bytes
-    // read per batch, not the records); Kafka snapshots the table at each segment roll so only
-    // the tail is replayed.
+/// Replays batch headers to rebuild idempotent-producer state after a restart. Segments whose
+/// batches are all older than the expiration window are skipped: every producer they could
+/// describe has expired.
+fn rebuild_producer_state(log: &PartitionLog, now_ms: i64, expiration_ms: i64) -> Result<ProducerStateTable, LogError> {
+    // TODO(producer snapshots): this walks every batch header of the window at startup (61
+    // bytes read per batch, not the records, but a log no longer in the page cache is read
+    // whole from disk); Kafka snapshots the table at each segment roll so only the tail is
+    // replayed.
     let mut table = ProducerStateTable::default();
-    log.for_each_batch_header(|h| table.record(h))?;
+    log.for_each_batch_header(now_ms.saturating_sub(expiration_ms), |h| table.record(h))?;
+    table.remove_expired(now_ms, expiration_ms);
     Ok(table)
 }
 
@@ -280,7 +297,7 @@ mod tests {
         let cfg = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
         let open = || {
             let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
-            Partition::new("t".into(), 0, Uuid::nil(), log).unwrap()
+            Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap()
         };
         let p = open();
         let mut offsets = Vec::new();
@@ -300,5 +317,38 @@ mod tests {
         assert!(matches!(p.append(idempotent_batch(7, 19, 1).into(), 0), Err(AppendError::OutOfOrderSequence)));
         assert_eq!(p.append(idempotent_batch(7, 18, 1).into(), 0).unwrap().base_offset, 20);
         assert_eq!(p.append(idempotent_batch(9, 2, 1).into(), 0).unwrap().base_offset, 21);
+    }
+
+    const DAY_MS: i64 = 86_400_000;
+
+    #[test]
+    fn producers_older_than_the_expiration_window_are_not_rebuilt() {
+        let io: Arc<dyn IoBackend> = Arc::new(StdBackend);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
+        let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
+        let p = Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap();
+        // Producer 7 writes several segments at t=1 s; producer 9 writes at t=1 s and one
+        // more batch at t=1 day + 1 s, in the last segment.
+        for seq in 0..6 {
+            p.append(idempotent_batch(7, seq * 3, 3).into(), 0).unwrap();
+        }
+        p.append(idempotent_batch(9, 0, 2).into(), 0).unwrap();
+        let mut late = idempotent_batch(9, 2, 1);
+        late[35..43].copy_from_slice(&(DAY_MS + 1_000).to_be_bytes()); // max timestamp
+        let crc = crc32c::crc32c(&late[CRC_START..]);
+        late[17..21].copy_from_slice(&crc.to_be_bytes());
+        p.append(late.into(), 0).unwrap();
+        assert!(p.segment_count() > 2);
+        drop(p);
+
+        // Reopened 1 day + 1.5 s in: producer 7's batches are all over a day old.
+        let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
+        let p = Partition::new("t".into(), 0, Uuid::nil(), log, DAY_MS + 1_500, DAY_MS).unwrap();
+        assert!(matches!(p.append(idempotent_batch(7, 18, 1).into(), 0), Err(AppendError::UnknownProducerId)));
+        assert_eq!(p.append(idempotent_batch(9, 3, 1).into(), 0).unwrap().records, 1, "producer 9 is live");
+        // The periodic pass forgets producer 9 a day after its last batch (timestamp 1 s).
+        assert_eq!(p.expire_producers(DAY_MS + 999, DAY_MS), 0);
+        assert_eq!(p.expire_producers(DAY_MS + 1_000, DAY_MS), 1);
     }
 }

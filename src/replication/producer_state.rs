@@ -9,7 +9,12 @@
 //!   in-flight requests per connection for idempotent producers).
 //! - Sequences wrap from `i32::MAX` to 0, as in Kafka.
 //! - Recovery: the table is rebuilt on startup by replaying the batch headers of the log, so a
-//!   restart neither forgets a producer nor accepts a duplicate the log already holds.
+//!   restart neither forgets a live producer nor accepts a duplicate the log already holds.
+//! - Expiry (Kafka's `producer.id.expiration.ms`): a producer whose last batch's timestamp is
+//!   that old is forgotten ([`ProducerStateTable::remove_expired`]); if it comes back with a
+//!   sequence other than 0 it gets UNKNOWN_PRODUCER_ID and resets, as with Kafka. This bounds
+//!   the table by the producers of the last expiration window, and lets startup skip segments
+//!   whose batches are all that old.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -33,6 +38,8 @@ struct CachedBatch {
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<CachedBatch>,
+    /// Max timestamp of the producer's last batch (Kafka's `lastTimestamp`).
+    last_timestamp: i64,
 }
 
 /// The verdict on one incoming batch.
@@ -124,6 +131,15 @@ impl ProducerStateTable {
             first_offset: h.base_offset,
             last_offset: h.last_offset(),
         });
+        entry.last_timestamp = h.max_timestamp;
+    }
+
+    /// Forgets producers whose last batch is at least `expiration_ms` older than `now_ms`;
+    /// returns how many.
+    pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        before - self.producers.len()
     }
 
     /// Number of producers with state, for metrics.
@@ -190,6 +206,22 @@ mod tests {
         assert_eq!(t.check(&batch(9, 0, 4, 1, 0)), SequenceCheck::UnknownProducerId);
         assert_eq!(t.check(&batch(9, 0, 0, 1, 0)), SequenceCheck::Append);
         assert_eq!(t.check(&batch(NO_PRODUCER_ID, -1, -1, 1, 0)), SequenceCheck::Append);
+    }
+
+    #[test]
+    fn producers_expire_by_the_timestamp_of_their_last_batch() {
+        let mut t = ProducerStateTable::default();
+        let at = |pid, seq, ts| BatchHeader { max_timestamp: ts, ..batch(pid, 0, seq, 1, 0) };
+        t.record(&at(1, 0, 1_000));
+        t.record(&at(1, 1, 5_000)); // producer 1 is as recent as its last batch
+        t.record(&at(2, 0, 2_000));
+        assert_eq!(t.remove_expired(6_000, 4_000), 1, "only producer 2 is 4 s old");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.check(&at(2, 1, 6_000)), SequenceCheck::UnknownProducerId, "forgotten: must reset");
+        assert_eq!(t.check(&at(1, 2, 6_000)), SequenceCheck::Append);
+        assert_eq!(t.remove_expired(8_999, 4_000), 0);
+        assert_eq!(t.remove_expired(9_000, 4_000), 1);
+        assert!(t.is_empty());
     }
 
     #[test]
