@@ -545,12 +545,12 @@ impl PartitionLog {
         Ok(None)
     }
 
-    /// Calls `f` with the header of every batch from the one holding the log start offset to
-    /// the end, in offset order, skipping whole segments whose largest timestamp is below
-    /// `min_timestamp`. Reads 61 bytes per batch, not the records: this is what rebuilding
-    /// producer state at startup needs.
-    pub fn for_each_batch_header(&self, min_timestamp: i64, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
-        let start = self.log_start_offset;
+    /// Calls `f` with the header of every batch from the one holding `from` (or the log start
+    /// offset, if later) to the end, in offset order, skipping whole segments whose largest
+    /// timestamp is below `min_timestamp`. Reads 61 bytes per batch, not the records: this is
+    /// what rebuilding producer state at startup needs.
+    pub fn for_each_batch_header(&self, from: i64, min_timestamp: i64, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
+        let start = from.max(self.log_start_offset);
         for seg in &self.segments[self.segment_index_for(start)..] {
             if seg.max_timestamp() < min_timestamp {
                 continue;
@@ -741,6 +741,11 @@ impl PartitionLog {
 
     pub fn size_bytes(&self) -> u64 {
         self.segments.iter().map(Segment::size).sum()
+    }
+
+    /// Base offset of the active (last) segment.
+    pub fn active_base_offset(&self) -> i64 {
+        self.active().base_offset()
     }
 
     pub fn segment_count(&self) -> usize {

@@ -11,7 +11,16 @@
 //!   the append happen under the same lock so a duplicate can never slip between them.
 //! - A fetch that saw no data registers for [`Partition::appended`] *before* reading, so an append
 //!   between its read and its wait still wakes it.
+//!
+//! # Producer snapshots
+//! As Kafka does, the producer table is written to `<offset>.snapshot` in the partition directory
+//! (Kafka's file format, see `producer_state.rs`) when a segment rolls (offset: the new segment's
+//! base) and on a clean shutdown (offset: the log end). Opening loads the newest snapshot at or
+//! below the log end and replays only the batch headers after it. Snapshots are written without
+//! fsync: after an OS crash the newest may be torn, so the two newest are kept; a torn or
+//! unreadable one is logged and removed, and the next older one (or the log start) is used.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -149,7 +158,13 @@ impl Partition {
                 SequenceCheck::UnknownProducerId => return Err(AppendError::UnknownProducerId),
             }
         }
+        let active_before = st.log.active_base_offset();
         let info = st.log.append_as_leader(records, self.leader_epoch, now_ms)?;
+        let active = st.log.active_base_offset();
+        if active != active_before {
+            // The table holds exactly the batches below the new segment: this one is not in yet.
+            save_snapshot(st.log.dir(), active, &st.producers);
+        }
         // The one batch as written: the log assigned its offsets.
         let mut written = headers[0];
         written.base_offset = info.base_offset;
@@ -224,8 +239,12 @@ impl Partition {
         self.state.lock().log.clean(config, first_dirty, now_ms)
     }
 
+    /// Flushes the log and snapshots producer state at its end (clean shutdown).
     pub fn flush(&self) -> Result<(), LogError> {
-        self.state.lock().log.flush()
+        let mut st = self.state.lock();
+        st.log.flush()?;
+        save_snapshot(st.log.dir(), st.log.log_end_offset(), &st.producers);
+        Ok(())
     }
 
     pub fn update_config(&self, config: LogConfig) {
@@ -254,16 +273,82 @@ impl Partition {
     }
 }
 
-/// Replays batch headers to rebuild idempotent-producer state after a restart. Segments whose
-/// batches are all older than the expiration window are skipped: every producer they could
-/// describe has expired.
+/// Snapshots kept per partition: the newest may be torn by an OS crash (see the module doc).
+const SNAPSHOTS_KEPT: usize = 2;
+
+/// Snapshot files larger than this are not read (a million producers take 46 MB).
+const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+
+fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+    dir.join(format!("{}.snapshot", crate::log::segment::file_stem(offset)))
+}
+
+/// Offsets of the snapshot files in `dir`, ascending.
+fn snapshot_offsets(dir: &Path) -> Vec<i64> {
+    let mut offsets: Vec<i64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".snapshot")?;
+            if stem.len() == 20 { stem.parse().ok() } else { None }
+        })
+        .collect();
+    offsets.sort_unstable();
+    offsets
+}
+
+/// Writes the snapshot at `offset` and removes all but the newest [`SNAPSHOTS_KEPT`]. A failure
+/// is logged and costs only replay time at the next start.
+fn save_snapshot(dir: &Path, offset: i64, table: &ProducerStateTable) {
+    let path = snapshot_path(dir, offset);
+    if let Err(e) = crate::log::checkpoint::write_replacing(&path, &table.encode_snapshot()) {
+        tracing::warn!(path = %path.display(), error = %e, "could not write producer snapshot");
+        return;
+    }
+    let offsets = snapshot_offsets(dir);
+    for old in &offsets[..offsets.len().saturating_sub(SNAPSHOTS_KEPT)] {
+        let _ = std::fs::remove_file(snapshot_path(dir, *old));
+    }
+}
+
+fn read_snapshot(path: &Path) -> Result<ProducerStateTable, String> {
+    let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if len > MAX_SNAPSHOT_BYTES {
+        return Err(format!("{len} bytes, larger than {MAX_SNAPSHOT_BYTES}"));
+    }
+    ProducerStateTable::decode_snapshot(&std::fs::read(path).map_err(|e| e.to_string())?)
+}
+
+/// Rebuilds idempotent-producer state after a restart: the newest usable snapshot, then the
+/// batch headers after it. Segments whose batches are all older than the expiration window are
+/// skipped: every producer they could describe has expired.
 fn rebuild_producer_state(log: &PartitionLog, now_ms: i64, expiration_ms: i64) -> Result<ProducerStateTable, LogError> {
-    // TODO(producer snapshots): this walks every batch header of the window at startup (61
-    // bytes read per batch, not the records, but a log no longer in the page cache is read
-    // whole from disk); Kafka snapshots the table at each segment roll so only the tail is
-    // replayed.
+    let (dir, start, end) = (log.dir(), log.log_start_offset(), log.log_end_offset());
     let mut table = ProducerStateTable::default();
-    log.for_each_batch_header(now_ms.saturating_sub(expiration_ms), |h| table.record(h))?;
+    let mut from = start;
+    for offset in snapshot_offsets(dir).into_iter().rev() {
+        let path = snapshot_path(dir, offset);
+        if offset > end {
+            tracing::info!(path = %path.display(), log_end_offset = end, "removing producer snapshot beyond the log end");
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        if offset < start {
+            break; // describes deleted records: replay from the log start instead
+        }
+        match read_snapshot(&path) {
+            Ok(t) => {
+                (table, from) = (t, offset);
+                break;
+            }
+            Err(reason) => {
+                tracing::warn!(path = %path.display(), %reason, "removing unreadable producer snapshot");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    log.for_each_batch_header(from, now_ms.saturating_sub(expiration_ms), |h| table.record(h))?;
     table.remove_expired(now_ms, expiration_ms);
     Ok(table)
 }
@@ -320,6 +405,64 @@ mod tests {
     }
 
     const DAY_MS: i64 = 86_400_000;
+
+    /// `b` with its producer epoch set (and its CRC redone).
+    fn with_epoch(mut b: Vec<u8>, epoch: i16) -> Vec<u8> {
+        b[51..53].copy_from_slice(&epoch.to_be_bytes());
+        let crc = crc32c::crc32c(&b[CRC_START..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn producer_snapshots_are_taken_at_rolls_and_shutdown_and_opening_starts_from_the_newest() {
+        let io: Arc<dyn IoBackend> = Arc::new(StdBackend);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
+        let open = || {
+            let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
+            Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap()
+        };
+        let p = open();
+        for seq in 0..6 {
+            p.append(idempotent_batch(7, seq * 3, 3).into(), 0).unwrap();
+        }
+        let bases = p.state.lock().log.segment_base_offsets();
+        let taken = snapshot_offsets(dir.path());
+        assert!(bases.len() >= 3 && taken.len() == SNAPSHOTS_KEPT, "{bases:?} {taken:?}");
+        assert_eq!(taken[..], bases[bases.len() - 2..], "one per roll, named by the new segment; two kept");
+        p.flush().unwrap();
+        let end = p.log_end_offset();
+        assert_eq!(snapshot_offsets(dir.path()), vec![bases[bases.len() - 1], end], "and one at shutdown");
+        drop(p);
+
+        // Opening starts from the newest snapshot: one that says producer 42 is at epoch 5
+        // fences its epoch 4, which the log itself knows nothing about.
+        let newest = snapshot_path(dir.path(), end);
+        let mut table = ProducerStateTable::decode_snapshot(&std::fs::read(&newest).unwrap()).unwrap();
+        let mut h = BatchHeader::parse(&with_epoch(idempotent_batch(42, 0, 1), 5)).unwrap();
+        h.base_offset = end - 1;
+        table.record(&h);
+        std::fs::write(&newest, table.encode_snapshot()).unwrap();
+        std::fs::write(snapshot_path(dir.path(), end + 100), table.encode_snapshot()).unwrap();
+        let p = open();
+        assert!(!snapshot_path(dir.path(), end + 100).exists(), "a snapshot beyond the log end is removed");
+        let fenced = p.append(with_epoch(idempotent_batch(42, 0, 1), 4).into(), 0);
+        assert!(matches!(fenced, Err(AppendError::InvalidProducerEpoch)), "{fenced:?}");
+        drop(p);
+
+        // A torn newest snapshot is removed and the one before it (taken at the last roll) used,
+        // with the batches after it replayed: producer 7's last batch is still a duplicate.
+        let mut torn = std::fs::read(&newest).unwrap();
+        let last = torn.len() - 1;
+        torn[last] ^= 0x5a;
+        std::fs::write(&newest, torn).unwrap();
+        let p = open();
+        assert!(!newest.exists());
+        assert_eq!(p.append(with_epoch(idempotent_batch(42, 0, 1), 4).into(), 0).unwrap().records, 1);
+        let dup = p.append(idempotent_batch(7, 15, 3).into(), 0).unwrap();
+        assert_eq!(dup.records, 0, "a retry of producer 7's last batch is acknowledged unwritten");
+    }
 
     #[test]
     fn producers_older_than_the_expiration_window_are_not_rebuilt() {

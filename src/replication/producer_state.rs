@@ -26,6 +26,14 @@ pub const MAX_CACHED_BATCHES: usize = 5;
 /// Kafka's "no producer id" marker in a batch header.
 pub const NO_PRODUCER_ID: i64 = -1;
 
+/// Kafka's producer snapshot file (`<offset>.snapshot`, the state of every batch below
+/// `offset`), version 1: `version i16 | crc32c u32 (of all that follows) | count i32 | entries`,
+/// each entry `producerId i64 | epoch i16 | lastSequence i32 | lastOffset i64 | offsetDelta i32 |
+/// timestamp i64 | coordinatorEpoch i32 | currentTxnFirstOffset i64`.
+pub const SNAPSHOT_VERSION: i16 = 1;
+const SNAPSHOT_HEADER_LEN: usize = 10;
+const SNAPSHOT_ENTRY_LEN: usize = 46;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct CachedBatch {
     first_seq: i32,
@@ -142,6 +150,71 @@ impl ProducerStateTable {
         before - self.producers.len()
     }
 
+    /// The table in Kafka's producer snapshot format (see [`SNAPSHOT_VERSION`]): each producer
+    /// with its epoch and last batch, in producer id order.
+    pub fn encode_snapshot(&self) -> Vec<u8> {
+        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        ids.sort_unstable();
+        let mut out = Vec::with_capacity(SNAPSHOT_HEADER_LEN + ids.len() * SNAPSHOT_ENTRY_LEN);
+        out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
+        out.extend_from_slice(&[0; 4]); // CRC, below
+        out.extend_from_slice(&(ids.len() as i32).to_be_bytes());
+        for id in ids {
+            let e = &self.producers[id];
+            let (last_seq, last_offset, delta) = match e.batches.back() {
+                Some(b) => (b.last_seq, b.last_offset, (b.last_offset - b.first_offset) as i32),
+                None => (-1, -1, 0),
+            };
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&last_seq.to_be_bytes());
+            out.extend_from_slice(&last_offset.to_be_bytes());
+            out.extend_from_slice(&delta.to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.extend_from_slice(&(-1i32).to_be_bytes()); // coordinator epoch: no transactions
+            out.extend_from_slice(&(-1i64).to_be_bytes()); // current transaction's first offset
+        }
+        let crc = crc32c::crc32c(&out[6..]);
+        out[2..6].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Reads a snapshot written by [`ProducerStateTable::encode_snapshot`] or by Kafka. Only
+    /// each producer's last batch is known afterwards (Kafka keeps no more across restarts).
+    pub fn decode_snapshot(b: &[u8]) -> Result<ProducerStateTable, String> {
+        if b.len() < SNAPSHOT_HEADER_LEN {
+            return Err(format!("{} bytes, shorter than the header", b.len()));
+        }
+        let version = i16::from_be_bytes([b[0], b[1]]);
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("version {version}, expected {SNAPSHOT_VERSION}"));
+        }
+        let crc = u32::from_be_bytes([b[2], b[3], b[4], b[5]]);
+        if crc32c::crc32c(&b[6..]) != crc {
+            return Err("CRC mismatch".into());
+        }
+        let count = i32::from_be_bytes([b[6], b[7], b[8], b[9]]);
+        let body = &b[SNAPSHOT_HEADER_LEN..];
+        if count < 0 || body.len() != count as usize * SNAPSHOT_ENTRY_LEN {
+            return Err(format!("{count} entries announced, {} bytes of entries", body.len()));
+        }
+        let i64_at = |e: &[u8], at: usize| i64::from_be_bytes(e[at..at + 8].try_into().expect("8 bytes"));
+        let i32_at = |e: &[u8], at: usize| i32::from_be_bytes(e[at..at + 4].try_into().expect("4 bytes"));
+        let mut table = ProducerStateTable::default();
+        for e in body.chunks_exact(SNAPSHOT_ENTRY_LEN) {
+            let (id, epoch) = (i64_at(e, 0), i16::from_be_bytes([e[8], e[9]]));
+            let (last_seq, last_offset, delta, ts) = (i32_at(e, 10), i64_at(e, 14), i32_at(e, 22), i64_at(e, 26));
+            let mut batches = VecDeque::new();
+            if last_seq >= 0 && last_offset >= 0 && delta >= 0 {
+                let first = last_seq as i64 - delta as i64;
+                let first_seq = if first < 0 { (first + i32::MAX as i64 + 1) as i32 } else { first as i32 };
+                batches.push_back(CachedBatch { first_seq, last_seq, first_offset: last_offset - delta as i64, last_offset });
+            }
+            table.producers.insert(id, ProducerEntry { epoch, batches, last_timestamp: ts });
+        }
+        Ok(table)
+    }
+
     /// Number of producers with state, for metrics.
     pub fn len(&self) -> usize {
         self.producers.len()
@@ -222,6 +295,41 @@ mod tests {
         assert_eq!(t.remove_expired(8_999, 4_000), 0);
         assert_eq!(t.remove_expired(9_000, 4_000), 1);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn snapshots_keep_each_producers_epoch_and_last_batch_in_kafkas_layout() {
+        let mut t = ProducerStateTable::default();
+        t.record(&BatchHeader { max_timestamp: 5_000, ..batch(9, 2, 0, 3, 100) });
+        t.record(&BatchHeader { max_timestamp: 6_000, ..batch(9, 2, 3, 2, 103) });
+        t.record(&batch(4, 0, 0, 1, 105));
+        let b = t.encode_snapshot();
+        assert_eq!(b.len(), 10 + 2 * 46);
+        assert_eq!(&b[..2], &1i16.to_be_bytes(), "version 1");
+        assert_eq!(&b[6..10], &2i32.to_be_bytes());
+        // Producer 9 (second by id): id, epoch, last sequence 4, last offset 104, delta 1, timestamp.
+        let e = &b[10 + 46..];
+        assert_eq!(&e[..8], &9i64.to_be_bytes());
+        assert_eq!(&e[8..10], &2i16.to_be_bytes());
+        assert_eq!(&e[10..14], &4i32.to_be_bytes());
+        assert_eq!(&e[14..22], &104i64.to_be_bytes());
+        assert_eq!(&e[22..26], &1i32.to_be_bytes());
+        assert_eq!(&e[26..34], &6_000i64.to_be_bytes());
+        assert_eq!(&e[34..46], &[0xff; 12], "coordinator epoch and txn first offset: -1");
+
+        let back = ProducerStateTable::decode_snapshot(&b).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back.check(&batch(9, 2, 3, 2, 0)), SequenceCheck::Duplicate { first_offset: 103, last_offset: 104 });
+        assert_eq!(back.check(&batch(9, 2, 5, 1, 0)), SequenceCheck::Append);
+        assert_eq!(back.check(&batch(9, 1, 5, 1, 0)), SequenceCheck::InvalidProducerEpoch);
+        assert_eq!(back.check(&batch(4, 0, 1, 1, 0)), SequenceCheck::Append);
+        assert_eq!(back.encode_snapshot(), b, "what is read back is written the same");
+
+        let mut torn = b.clone();
+        torn[40] ^= 1;
+        assert!(ProducerStateTable::decode_snapshot(&torn).unwrap_err().contains("CRC"));
+        assert!(ProducerStateTable::decode_snapshot(&b[..b.len() - 1]).is_err());
+        assert!(ProducerStateTable::decode_snapshot(&[0, 1]).is_err());
     }
 
     #[test]
