@@ -369,21 +369,31 @@ mod tests {
         b[43..51].copy_from_slice(&producer_id.to_be_bytes());
         b[51..53].copy_from_slice(&0i16.to_be_bytes());
         b[53..57].copy_from_slice(&seq.to_be_bytes());
+        reseal(b)
+    }
+
+    /// `b` with its CRC recomputed after a header edit.
+    fn reseal(mut b: Vec<u8>) -> Vec<u8> {
         let crc = crc32c::crc32c(&b[CRC_START..]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b
     }
 
+    const DAY_MS: i64 = 86_400_000;
+
+    /// Opens the partition in `dir` at wall time `now_ms`, with 4 KiB segments so that a few
+    /// batches span several of them.
+    fn open_at(dir: &Path, now_ms: i64) -> Partition {
+        let io: Arc<dyn IoBackend> = Arc::new(StdBackend);
+        let cfg = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
+        let log = PartitionLog::open(dir, cfg, io).unwrap();
+        Partition::new("t".into(), 0, Uuid::nil(), log, now_ms, DAY_MS).unwrap()
+    }
+
     #[test]
     fn producer_state_is_rebuilt_from_batch_headers_after_reopen() {
-        let io: Arc<dyn IoBackend> = Arc::new(StdBackend);
         let dir = tempfile::tempdir().unwrap();
-        // Small segments, so the rebuild walks several of them.
-        let cfg = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
-        let open = || {
-            let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
-            Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap()
-        };
+        let open = || open_at(dir.path(), 2_000);
         let p = open();
         let mut offsets = Vec::new();
         for seq in 0..6 {
@@ -404,25 +414,16 @@ mod tests {
         assert_eq!(p.append(idempotent_batch(9, 2, 1).into(), 0).unwrap().base_offset, 21);
     }
 
-    const DAY_MS: i64 = 86_400_000;
-
-    /// `b` with its producer epoch set (and its CRC redone).
+    /// `b` with its producer epoch set.
     fn with_epoch(mut b: Vec<u8>, epoch: i16) -> Vec<u8> {
         b[51..53].copy_from_slice(&epoch.to_be_bytes());
-        let crc = crc32c::crc32c(&b[CRC_START..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
-        b
+        reseal(b)
     }
 
     #[test]
     fn producer_snapshots_are_taken_at_rolls_and_shutdown_and_opening_starts_from_the_newest() {
-        let io: Arc<dyn IoBackend> = Arc::new(StdBackend);
         let dir = tempfile::tempdir().unwrap();
-        let cfg = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
-        let open = || {
-            let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
-            Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap()
-        };
+        let open = || open_at(dir.path(), 2_000);
         let p = open();
         for seq in 0..6 {
             p.append(idempotent_batch(7, seq * 3, 3).into(), 0).unwrap();
@@ -466,11 +467,8 @@ mod tests {
 
     #[test]
     fn producers_older_than_the_expiration_window_are_not_rebuilt() {
-        let io: Arc<dyn IoBackend> = Arc::new(StdBackend);
         let dir = tempfile::tempdir().unwrap();
-        let cfg = LogConfig { segment_bytes: 4096, ..LogConfig::default() };
-        let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
-        let p = Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap();
+        let p = open_at(dir.path(), 2_000);
         // Producer 7 writes several segments at t=1 s; producer 9 writes at t=1 s and one
         // more batch at t=1 day + 1 s, in the last segment.
         for seq in 0..6 {
@@ -479,15 +477,12 @@ mod tests {
         p.append(idempotent_batch(9, 0, 2).into(), 0).unwrap();
         let mut late = idempotent_batch(9, 2, 1);
         late[35..43].copy_from_slice(&(DAY_MS + 1_000).to_be_bytes()); // max timestamp
-        let crc = crc32c::crc32c(&late[CRC_START..]);
-        late[17..21].copy_from_slice(&crc.to_be_bytes());
-        p.append(late.into(), 0).unwrap();
+        p.append(reseal(late).into(), 0).unwrap();
         assert!(p.segment_count() > 2);
         drop(p);
 
         // Reopened 1 day + 1.5 s in: producer 7's batches are all over a day old.
-        let log = PartitionLog::open(dir.path(), cfg.clone(), io.clone()).unwrap();
-        let p = Partition::new("t".into(), 0, Uuid::nil(), log, DAY_MS + 1_500, DAY_MS).unwrap();
+        let p = open_at(dir.path(), DAY_MS + 1_500);
         assert!(matches!(p.append(idempotent_batch(7, 18, 1).into(), 0), Err(AppendError::UnknownProducerId)));
         assert_eq!(p.append(idempotent_batch(9, 3, 1).into(), 0).unwrap().records, 1, "producer 9 is live");
         // The periodic pass forgets producer 9 a day after its last batch (timestamp 1 s).
