@@ -25,7 +25,7 @@ use super::epoch::LeaderEpochCache;
 use super::error::LogError;
 use super::flush::{self, FlushTicket};
 use super::io::{FileSlice, IoBackend};
-use super::segment::Segment;
+use super::segment::{offset_from_file_name, Segment};
 use crate::protocol::record_batch::{
     crc_is_valid, find_max_timestamp_record, records_section, set_base_offset, set_log_append_time,
     set_partition_leader_epoch, validate_produce_records, BatchHeader, BatchIter, ProduceValidationError, RecordIter,
@@ -124,15 +124,6 @@ fn recover_epochs(active: &Segment, epochs: &mut LeaderEpochCache) -> Result<(),
     epochs.sync()
 }
 
-/// `NNNNNNNNNNNNNNNNNNNN.log` -> base offset.
-fn segment_base(name: &str, ext: &str) -> Option<i64> {
-    let stem = name.strip_suffix(ext)?;
-    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    stem.parse().ok()
-}
-
 impl PartitionLog {
     /// Opens (creating if needed) the partition directory `dir`, verifying every batch of the
     /// active segment ([`ActiveCheck::Crc`]); see the module doc.
@@ -153,9 +144,9 @@ impl PartitionLog {
             if [".cleaned", ".swap", ".deleted", ".tmp"].iter().any(|s| name.ends_with(s)) {
                 tracing::info!(path = %path.display(), "removing leftover file from an interrupted operation");
                 fs::remove_file(&path).map_err(|e| LogError::io(&path, "remove leftover file", e))?;
-            } else if let Some(base) = segment_base(&name, ".log") {
+            } else if let Some(base) = offset_from_file_name(&name, ".log") {
                 bases.push(base);
-            } else if let Some(base) = segment_base(&name, ".index").or_else(|| segment_base(&name, ".timeindex")) {
+            } else if let Some(base) = offset_from_file_name(&name, ".index").or_else(|| offset_from_file_name(&name, ".timeindex")) {
                 index_files.push((base, path));
             }
         }

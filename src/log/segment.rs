@@ -48,6 +48,16 @@ pub fn file_stem(base_offset: i64) -> String {
     format!("{base_offset:020}")
 }
 
+/// The inverse of [`file_stem`] for a file named `<stem><ext>` (`00000000000000001234.log`,
+/// `.index`, `.snapshot`, ...): exactly 20 digits, else `None`.
+pub fn offset_from_file_name(name: &str, ext: &str) -> Option<i64> {
+    let stem = name.strip_suffix(ext)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
 /// Where a scan stopped.
 #[derive(Debug)]
 pub struct ScanEnd {

@@ -31,6 +31,7 @@ use uuid::Uuid;
 
 use super::producer_state::{ProducerStateTable, SequenceCheck};
 use crate::log::cleaner::{CleanStats, CleanerConfig};
+use crate::log::segment::{file_stem, offset_from_file_name};
 use crate::log::{LogConfig, LogError, PartitionLog, ReadResult, SliceRead};
 use crate::protocol::record_batch::{BatchHeader, BatchIter};
 
@@ -280,7 +281,7 @@ const SNAPSHOTS_KEPT: usize = 2;
 const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 
 fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
-    dir.join(format!("{}.snapshot", crate::log::segment::file_stem(offset)))
+    dir.join(format!("{}.snapshot", file_stem(offset)))
 }
 
 /// Offsets of the snapshot files in `dir`, ascending.
@@ -288,11 +289,7 @@ fn snapshot_offsets(dir: &Path) -> Vec<i64> {
     let mut offsets: Vec<i64> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            let stem = name.strip_suffix(".snapshot")?;
-            if stem.len() == 20 { stem.parse().ok() } else { None }
-        })
+        .filter_map(|e| offset_from_file_name(&e.ok()?.file_name().into_string().ok()?, ".snapshot"))
         .collect();
     offsets.sort_unstable();
     offsets
