@@ -133,6 +133,14 @@ fn clean_restart_across_segments(backend: &str) {
         .filter(|e| e.as_ref().unwrap().path().extension().map(|x| x == "log").unwrap_or(false))
         .count();
     assert!(segments > 2, "expected several segments, got {segments}");
+    // The stop wrote out the index entries held in memory: each ~10 KiB batch of the active
+    // segment has one (they wait for 1 KiB of them, or a flush, to be written).
+    let data = dir.path().join("data/t-0");
+    let active = *segment_bases(&data).last().unwrap();
+    for (ext, entry) in [("index", 8), ("timeindex", 12)] {
+        let len = std::fs::metadata(data.join(format!("{active:020}.{ext}"))).unwrap().len();
+        assert!(len > 0 && len % entry == 0, "{backend}: .{ext} of the active segment holds {len} bytes");
+    }
     let b = Broker::start_in(dir, &[backend]);
     let mut c = b.connect();
     assert_eq!(offsets(&mut c, "t", -2), 0);

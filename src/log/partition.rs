@@ -698,6 +698,19 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Puts what the log holds only in memory (index entries) into its files, without fsync,
+    /// after waiting for a flush in flight. Followed by [`sync_filesystem`] of the log dir,
+    /// this is [`Self::flush`] for every partition at the price of one filesystem sync (a
+    /// clean shutdown).
+    ///
+    /// [`sync_filesystem`]: super::checkpoint::sync_filesystem
+    pub fn write_out(&mut self) -> Result<(), LogError> {
+        self.check_poisoned()?;
+        self.settle_flush()?;
+        let r = self.active_mut().write_pending_indexes();
+        self.poison_on_err(r)
+    }
+
     /// Removes every batch at or after `offset`'s batch (a straddling batch goes entirely).
     /// Below the log start the log is emptied and restarted at `offset`.
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
@@ -737,6 +750,11 @@ impl PartitionLog {
     /// Base offset of the active (last) segment.
     pub fn active_base_offset(&self) -> i64 {
         self.active().base_offset()
+    }
+
+    /// Bytes in the active (last) segment.
+    pub fn active_size(&self) -> u64 {
+        self.active().size()
     }
 
     pub fn segment_count(&self) -> usize {

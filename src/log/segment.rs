@@ -445,12 +445,17 @@ impl Segment {
             }
             self.last_index_position = pos;
             if self.offset_index.pending_full() || self.time_index.pending_full() {
-                // Both at once, so the files end at the same batch (what `open` relies on).
-                self.offset_index.write_pending()?;
-                self.time_index.write_pending()?;
+                self.write_pending_indexes()?;
             }
         }
         Ok(())
+    }
+
+    /// Writes the index entries waiting in memory, without fsync. Both indexes at once, so the
+    /// files end at the same batch (what `open` relies on).
+    pub fn write_pending_indexes(&mut self) -> Result<(), LogError> {
+        self.offset_index.write_pending()?;
+        self.time_index.write_pending()
     }
 
     /// Reserves blocks from the end of the last reservation to `PREALLOCATE_AHEAD` past `end`.
