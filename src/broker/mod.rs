@@ -630,8 +630,8 @@ impl Broker {
 
     /// Makes every partition durable for a clean shutdown. Each partition writes out what it
     /// holds only in memory, then one `syncfs` per log dir commits it all: an fsync per file
-    /// and directory took 11-16 s for 10,000 partitions here. Where `syncfs` fails, the partitions of
-    /// that dir are flushed one by one.
+    /// and directory took 11-16 s for 10,000 partitions here. Where `syncfs` fails, the
+    /// partitions of that dir are flushed one by one.
     pub fn flush_all(&self) {
         let topics = self.all_topics();
         for topic in &topics {

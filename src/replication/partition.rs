@@ -170,8 +170,7 @@ impl Partition {
         let active = st.log.active_base_offset();
         if active != active_before {
             // The table holds exactly the batches below the new segment: this one is not in yet.
-            save_snapshot(st.log.dir(), active, &st.producers);
-            st.unsnapshotted_bytes = 0;
+            st.snapshot(active);
         }
         // The one batch as written: the log assigned its offsets.
         let mut written = headers[0];
@@ -181,8 +180,7 @@ impl Partition {
         let leo = st.log.log_end_offset();
         st.unsnapshotted_bytes += info.bytes as u64;
         if st.unsnapshotted_bytes >= SNAPSHOT_INTERVAL_BYTES {
-            save_snapshot(st.log.dir(), leo, &st.producers);
-            st.unsnapshotted_bytes = 0;
+            st.snapshot(leo);
         }
         drop(st);
         self.high_watermark.fetch_max(leo, Ordering::AcqRel);
@@ -343,13 +341,19 @@ const SNAPSHOT_INTERVAL_BYTES: u64 = 16 << 20;
 const SHUTDOWN_SNAPSHOT_MIN_REPLAY_BYTES: u64 = 1 << 20;
 
 impl State {
+    /// Snapshots the table as the state of every batch below `offset` (from then on, nothing is
+    /// left to replay before it).
+    fn snapshot(&mut self, offset: i64) {
+        save_snapshot(self.log.dir(), offset, &self.producers);
+        self.unsnapshotted_bytes = 0;
+    }
+
     /// The snapshot at the log end for a clean shutdown, unless the next start would replay at
     /// most [`SHUTDOWN_SNAPSHOT_MIN_REPLAY_BYTES`] without it (nothing at all when the newest
     /// snapshot is at the log end, where Kafka skips it too).
     fn shutdown_snapshot(&mut self) {
         if self.unsnapshotted_bytes > SHUTDOWN_SNAPSHOT_MIN_REPLAY_BYTES {
-            save_snapshot(self.log.dir(), self.log.log_end_offset(), &self.producers);
-            self.unsnapshotted_bytes = 0;
+            self.snapshot(self.log.log_end_offset());
         }
     }
 }
