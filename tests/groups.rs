@@ -150,6 +150,32 @@ fn find_coordinator_names_this_node_single_and_batched() {
 }
 
 #[test]
+fn the_first_find_coordinator_for_a_group_creates_the_offsets_topic() {
+    let b = Target::start();
+    let mut c = Client::connect_to(&b.addr);
+    let offsets = || {
+        MetadataRequest::default()
+            .with_allow_auto_topic_creation(false)
+            .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(TopicName(s("__consumer_offsets"))))]))
+    };
+    let before = c.call(&offsets(), 12);
+    assert_eq!(before.topics[0].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION before any group request");
+    // FindCoordinator alone creates it, before any group wrote a record, as Kafka does (which
+    // answers COORDINATOR_NOT_AVAILABLE until it is ready; sluice answers once it is created).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while c.call(&FindCoordinatorRequest::default().with_key(s("g")).with_key_type(0), 3).error_code != 0 {
+        assert!(std::time::Instant::now() < deadline, "the coordinator never became available");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let after = c.call(&offsets(), 12);
+    let t = &after.topics[0];
+    assert_eq!(t.error_code, 0);
+    assert!(t.is_internal);
+    assert_eq!(t.partitions.len(), 3, "offsets.topic.num.partitions");
+    assert!(t.partitions.iter().all(|p| p.error_code == 0 && p.leader_id.0 == 1));
+}
+
+#[test]
 fn classic_member_lifecycle_uses_kafkas_error_codes() {
     let b = Target::start();
     let mut c = b.connect_ready(&["g1", "no-such-group"]);

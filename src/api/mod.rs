@@ -159,6 +159,19 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
 
 /// Runs one request whose header has been read; `body` is positioned at the request message.
 pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> Dispatch {
+    if matches!(
+        api_key,
+        ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetDelete
+            | ApiKey::DeleteGroups
+            | ApiKey::ConsumerGroupHeartbeat
+    ) {
+        group::ensure_offsets_topic(&ctx).await;
+    }
     match api_key {
         ApiKey::ApiVersions => handle_with!(ctx, body, ApiVersionsRequest, api_versions::handle),
         ApiKey::Metadata => handle_with!(ctx, body, MetadataRequest, metadata::handle),

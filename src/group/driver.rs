@@ -196,7 +196,13 @@ impl Groups {
     }
 
     /// The `__consumer_offsets` topic, created (compacted, `offsets.topic.num.partitions`) on first use.
-    fn offsets_topic(&self, broker: &Broker) -> Result<Arc<crate::broker::Topic>, GroupError> {
+    ///
+    /// Creating it fsyncs (see [`Broker::create_topic`]), and one fsync behind a few GiB of
+    /// writeback took 4 s on the bench machine, so the api layer calls this on tokio's blocking
+    /// pool when a group request arrives before the topic exists (`api::group::ensure_offsets_topic`).
+    /// [`Groups::persist`] creates it here too, on the caller's thread under the group lock, only
+    /// if it vanished after that.
+    pub(crate) fn offsets_topic(&self, broker: &Broker) -> Result<Arc<crate::broker::Topic>, GroupError> {
         if let Some(t) = broker.topic(OFFSETS_TOPIC) {
             return Ok(t);
         }

@@ -25,6 +25,23 @@ pub(crate) fn not_ready(ctx: &RequestContext) -> Option<ResponseError> {
     (!ctx.broker.groups().is_loaded()).then_some(ResponseError::CoordinatorLoadInProgress)
 }
 
+/// Creates `__consumer_offsets` on tokio's blocking pool if it does not exist yet. Called before
+/// FindCoordinator for a group (where Kafka creates it too) and before every request that may
+/// write group records, so that the coordinator never creates it inline: that fsyncs, and it
+/// would run on a runtime thread under the group lock, stalling that thread's connections and
+/// every group request for as long as the fsync takes (4 s behind a few GiB of writeback on the
+/// bench machine). A failure is logged here; the request then runs as before, and the
+/// coordinator's own attempt reports it to the client.
+pub(crate) async fn ensure_offsets_topic(ctx: &RequestContext) {
+    if ctx.broker.topic(crate::group::OFFSETS_TOPIC).is_some() {
+        return;
+    }
+    let b = ctx.broker.clone();
+    if let Err(e) = super::off_runtime(move || b.groups().offsets_topic(&b).map(drop)).await {
+        tracing::warn!(error = %crate::broker::error_chain(&e), "creating the consumer offsets topic failed");
+    }
+}
+
 /// Key types: 0 = GROUP, 1 = TRANSACTION, 2 = SHARE (all served by this node).
 fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordinator_response::Coordinator {
     let mut c = find_coordinator_response::Coordinator::default().with_key(str_bytes(key)).with_node_id(BrokerId(-1)).with_port(-1);
@@ -42,6 +59,9 @@ fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordi
 }
 
 pub async fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
+    if req.key_type == 0 {
+        ensure_offsets_topic(ctx).await;
+    }
     if ctx.api_version >= 4 {
         let coordinators = req.coordinator_keys.iter().map(|k| coordinator_for(ctx, k, req.key_type)).collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
