@@ -256,8 +256,14 @@ fn apply_topic(broker: &Broker, name: &str, overrides: BTreeMap<String, String>,
         .map_err(|e| (super::topics::topic_error_code(&e), e.to_string()))
 }
 
+/// Stored overrides are written with fsync, so the change runs on the blocking pool
+/// ([`super::off_runtime`]).
 pub async fn incremental_alter_configs(ctx: &RequestContext, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
-    let broker = &ctx.broker;
+    let broker = ctx.broker.clone();
+    super::off_runtime(move || incremental_alter_configs_blocking(&broker, req)).await
+}
+
+fn incremental_alter_configs_blocking(broker: &Broker, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
     let responses = req
         .resources
         .into_iter()
@@ -294,8 +300,13 @@ pub async fn incremental_alter_configs(ctx: &RequestContext, req: IncrementalAlt
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
+/// Runs on the blocking pool, as [`incremental_alter_configs`] does.
 pub async fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse {
-    let broker = &ctx.broker;
+    let broker = ctx.broker.clone();
+    super::off_runtime(move || alter_configs_blocking(&broker, req)).await
+}
+
+fn alter_configs_blocking(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
     let responses = req
         .resources
         .into_iter()

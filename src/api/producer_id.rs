@@ -13,7 +13,9 @@ pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitPro
     if req.transactional_id.is_some() {
         return resp.with_error_code(ResponseError::CoordinatorNotAvailable.code());
     }
-    match ctx.broker.allocate_producer_id() {
+    // Starting a new block of ids writes its end with fsync: on the blocking pool.
+    let broker = ctx.broker.clone();
+    match super::off_runtime(move || broker.allocate_producer_id()).await {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => {
             tracing::error!(error = %error_chain(&e), "allocating a producer id failed");

@@ -10,7 +10,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name, RequestContext};
-use crate::broker::{error_chain, TopicError};
+use crate::broker::{error_chain, Broker, TopicError};
 
 /// Kafka's error code for a topic operation failure.
 pub fn topic_error_code(e: &TopicError) -> ResponseError {
@@ -114,8 +114,14 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
     CreateTopicsResponse::default().with_topics(results)
 }
 
+/// Deleting removes the partitions' files (gigabytes of segments for a large topic), so it runs
+/// on the blocking pool ([`super::off_runtime`]).
 pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
-    let broker = &ctx.broker;
+    let broker = ctx.broker.clone();
+    super::off_runtime(move || delete_topics_blocking(&broker, req)).await
+}
+
+fn delete_topics_blocking(broker: &Broker, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     // v0-v5 list names; v6 lists (name | id) states.
     let mut targets: Vec<(Option<String>, uuid::Uuid)> =
         req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
@@ -177,8 +183,14 @@ pub async fn create_partitions(ctx: &RequestContext, req: CreatePartitionsReques
     CreatePartitionsResponse::default().with_results(results)
 }
 
+/// Moving the log start deletes segment files and rewrites the leader-epoch checkpoint with
+/// fsync, so it runs on the blocking pool ([`super::off_runtime`]).
 pub async fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
-    let broker = &ctx.broker;
+    let broker = ctx.broker.clone();
+    super::off_runtime(move || delete_records_blocking(&broker, req)).await
+}
+
+fn delete_records_blocking(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let topics = req
         .topics
         .into_iter()
@@ -211,7 +223,6 @@ pub async fn delete_records(ctx: &RequestContext, req: DeleteRecordsRequest) -> 
         })
         .collect();
     // The new log start offsets must survive a restart before we acknowledge.
-    let b = broker.clone();
-    let _ = tokio::task::spawn_blocking(move || b.write_checkpoints(false)).await;
+    broker.write_checkpoints(false);
     DeleteRecordsResponse::default().with_topics(topics)
 }
