@@ -429,7 +429,7 @@ def session_main(b, rnd, res, perf_dir):
                     pass
         if "records" in r and r["records"] < n:
             r = {"error": f"consumed {r['records']} of {n} records; " + first_error(err + out)}
-        r["client_cpu_s"] = ccpu
+        r.update({"client_cpu_s": ccpu, "client_wall_s": wall})
         res["consume/perftest/p16"] = r
         log(b.name, rnd, "consume/perftest/p16", r)
     if "latency" in wl:

@@ -199,13 +199,14 @@ def main():
                 if vals["sluice"] is None and vals["kafka"] is None:
                     continue
                 L.append(f"| {toolname} acks={acks} p{p} | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
-    for k, lab in (("consume/rdk/p16", "rdk consume p16"), ("consume/fetch/p16", "raw fetch loop p16")):
+    for k, lab in (("consume/rdk/p16", "rdk consume p16"), ("consume/fetch/p16", "raw fetch loop p16"),
+                   ("consume/perftest/p16", "perftest consume p16 (whole JVM run, start-up and group join included)")):
         vals = {}
         for b in ("sluice", "kafka"):
             # Older results have no client wall time for the read: rdkbench's own elapsed time stands in.
             xs = [r[k]["client_cpu_s"] / (r[k].get("client_wall_s") or r[k]["secs"])
                   for r in R["rounds"] if r["broker"] == b and isinstance(r.get(k), dict)
-                  and r[k].get("client_cpu_s") is not None and r[k].get("secs")]
+                  and r[k].get("client_cpu_s") is not None and (r[k].get("client_wall_s") or r[k].get("secs"))]
             vals[b] = statistics.median(xs) if xs else None
         if vals["sluice"] is not None or vals["kafka"] is not None:
             L.append(f"| {lab} | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
