@@ -36,7 +36,7 @@ CFG = {
     "kafka_heap": os.environ.get("BENCH_KAFKA_HEAP", "-Xmx1G -Xms1G"),
     "dd_mib": env("BENCH_DD_MIB", 256, 2048),
     "dd_files": env("BENCH_DD_FILES", 3, 4),                     # page-cache floor: files of dd_mib
-    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,latency,recovery,scale").split(","),
+    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,recovery,scale").split(","),
     "perf": os.environ.get("BENCH_PERF", "0") == "1",
 }
 WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, ".cache", "bench", "work"))
@@ -292,8 +292,9 @@ def admin_run(args, timeout=900):
 
 
 def create_topics(specs, timeout=900):
-    """specs: [(name, partitions)]; returns seconds until every partition has a leader."""
-    return admin_run(["create"] + [f"{n}:{p}" for n, p in specs], timeout)["secs"]
+    """specs: [(name, partitions)] or [(name, partitions, "k=v,k=v")]; returns seconds until
+    every partition has a leader."""
+    return admin_run(["create"] + [":".join(str(x) for x in s) for s in specs], timeout)["secs"]
 
 
 def latest_offsets(topic, parts):
@@ -432,6 +433,23 @@ def session_main(b, rnd, res, perf_dir):
         r.update({"client_cpu_s": ccpu, "client_wall_s": wall})
         res["consume/perftest/p16"] = r
         log(b.name, rnd, "consume/perftest/p16", r)
+    if "durable" in wl:
+        # acks=all answered only once the data is fsynced: sluice's flush.acks.all (group commit)
+        # against Kafka's way to the same guarantee, flush.messages=1 (an fsync per append).
+        # A quarter of the produce size, so the log at the kill -9 below grows little.
+        nd = max(1, n // 4)
+        config = "flush.acks.all=true" if b.name == "sluice" else "flush.messages=1"
+        create_topics([("durable-p16", 16, config)])
+        cpu0 = proc_cpu_s(b.pid)
+        rc, out, err, wall, ccpu = run_client([RDK, "produce", "-b", BOOT, "-t", "durable-p16", "-n", str(nd), "-s", str(size),
+                                               "-X", "acks=all", "-X", "enable.idempotence=true"])
+        cpu = proc_cpu_s(b.pid) - cpu0
+        r = parse_produce("rdk", rc, out, err)
+        r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall, "topic_config": config})
+        if "error" not in r:
+            r["broker_cpu_s_per_gib"] = cpu / (r.get("records", nd) * size / 2**30)
+        res["produce/durable/acks=all/p16"] = r
+        log(b.name, rnd, "produce/durable/acks=all/p16", {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
     if "latency" in wl:
         create_topics([("lat", 1)])
         sampler.reset()

@@ -78,6 +78,10 @@ for toolname, tl in (("perftest", "kafka-producer-perf-test"), ("rdk", "rdkbench
 ROWS.append(("Produce throughput (1 KiB records)", "produce confluent-kafka-python, acks=1, 16 partitions (load-generator check)",
              ["produce/py/acks=1/p16", "mbps"], "MiB/s", "higher"))
 ROWS += [
+    ("Produce with fsync before the acknowledgement", "rdkbench acks=all idempotent, 16 partitions "
+     "(sluice topic flush.acks.all=true, Kafka topic flush.messages=1)", ["produce/durable/acks=all/p16", "mbps"], "MiB/s", "higher"),
+    ("Produce with fsync before the acknowledgement", "broker CPU per GiB produced",
+     ["produce/durable/acks=all/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
     ("Consume (catch-up from offset 0)", "rdkbench group-less fetch of all 16 partitions", ["consume/rdk/p16", "mbps"], "MiB/s", "higher"),
     ("Consume (catch-up from offset 0)", "kafka-consumer-perf-test (consumer group)", ["consume/perftest/p16", "mbps"], "MiB/s", "higher"),
     ("Consume (catch-up from offset 0)", "raw fetch loop (no client library, bytes discarded), 16 partitions", ["consume/fetch/p16", "mbps"], "MiB/s", "higher"),

@@ -39,6 +39,17 @@ fn name(s: &str) -> TopicName {
     common::topic_name(s)
 }
 
+fn create_topic(c: &mut common::Client, topic: &str, partitions: i32) {
+    let resp = c.call(
+        &CreateTopicsRequest::default().with_topics(vec![create_topics_request::CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1)]),
+        7,
+    );
+    assert_eq!(resp.topics[0].error_code, 0);
+}
+
 fn batch(n: usize) -> Bytes {
     let recs: Vec<common::Rec> =
         (0..n).map(|i| common::Rec { key: None, value: "v".repeat(50), timestamp: 1_700_000_000_000 + i as i64 }).collect();
@@ -50,14 +61,7 @@ fn scrape_reports_what_was_produced_and_fetched() {
     let r = start(&["metrics.listener=127.0.0.1:0", "log.flush.interval.messages=1"]);
     assert!(!r.metrics.is_empty(), "no metrics listening line");
     let mut c = r.broker.connect();
-    let resp = c.call(
-        &CreateTopicsRequest::default().with_topics(vec![create_topics_request::CreatableTopic::default()
-            .with_name(name("m"))
-            .with_num_partitions(2)
-            .with_replication_factor(1)]),
-        7,
-    );
-    assert_eq!(resp.topics[0].error_code, 0);
+    create_topic(&mut c, "m", 2);
     let mut bytes_in = 0;
     for (partition, n) in [(0, 10), (0, 20), (1, 5)] {
         let data = batch(n);
@@ -164,4 +168,61 @@ fn explicit_metrics_listener_that_cannot_bind_stops_startup_with_the_key() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("metrics.listener"), "{err}");
+}
+
+/// One acks=`acks` produce of 5 records to each of `partitions` of topic "d": (partition,
+/// error code, base offset) per partition.
+fn produce_d(c: &mut common::Client, acks: i16, partitions: &[i32]) -> Vec<(i32, i16, i64)> {
+    let req = ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
+        produce_request::TopicProduceData::default().with_name(name("d")).with_partition_data(
+            partitions
+                .iter()
+                .map(|&p| produce_request::PartitionProduceData::default().with_index(p).with_records(Some(batch(5))))
+                .collect(),
+        ),
+    ]);
+    let resp = c.call(&req, 9);
+    resp.responses[0].partition_responses.iter().map(|p| (p.index, p.error_code, p.base_offset)).collect()
+}
+
+/// `log.flush.acks.all=true` (the broker default of the topic config `flush.acks.all`): an
+/// acks=all produce is answered after an fsync (counted by `sluice_log_fsync_duration_seconds`),
+/// an acks=1 produce without one. Without the key, acks=all does not fsync (Kafka's default),
+/// until the topic's own `flush.acks.all` is set.
+#[test]
+fn acks_all_produce_waits_for_an_fsync_only_under_flush_acks_all() {
+    use kafka_protocol::protocol::StrBytes;
+    for flush_acks_all in [true, false] {
+        let flag = format!("log.flush.acks.all={flush_acks_all}");
+        let r = start(&["metrics.listener=127.0.0.1:0", &flag]);
+        let mut c = r.broker.connect();
+        create_topic(&mut c, "d", 2);
+        let fsyncs = || value(&http_get(&r.metrics, "/metrics").1, "sluice_log_fsync_duration_seconds_count").unwrap_or(0.0);
+        let before = fsyncs();
+        assert_eq!(produce_d(&mut c, 1, &[0]), vec![(0, 0, 0)]);
+        assert_eq!(fsyncs(), before, "{flag}: acks=1 never waits for an fsync");
+        assert_eq!(produce_d(&mut c, -1, &[0]), vec![(0, 0, 5)]);
+        let expected = if flush_acks_all { before + 1.0 } else { before };
+        assert_eq!(fsyncs(), expected, "{flag}: one acks=all produce to one partition");
+        // Two partitions in one request: one fsync each, and both answered.
+        assert_eq!(produce_d(&mut c, -1, &[0, 1]), vec![(0, 0, 10), (1, 0, 0)]);
+        let expected = if flush_acks_all { before + 3.0 } else { before };
+        assert_eq!(fsyncs(), expected, "{flag}: an acks=all produce to two partitions");
+        if flush_acks_all {
+            continue;
+        }
+        // Set on the topic alone, it takes effect for the next produce.
+        let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("d"))
+                .with_configs(vec![incremental_alter_configs_request::AlterableConfig::default()
+                    .with_name(StrBytes::from_static_str("flush.acks.all"))
+                    .with_config_operation(0)
+                    .with_value(Some(StrBytes::from_static_str("true")))]),
+        ]);
+        assert_eq!(c.call(&alter, 1).responses[0].error_code, 0);
+        assert_eq!(produce_d(&mut c, -1, &[1]), vec![(1, 0, 5)]);
+        assert_eq!(fsyncs(), before + 1.0, "topic flush.acks.all=true");
+    }
 }

@@ -3,7 +3,9 @@
 //!
 //! acks=0 gets no response (the dispatcher closes the connection if any partition failed, as
 //! Kafka does); acks=1 and acks=-1 answer after the append. On one node the ISR is this broker,
-//! so acks=all is satisfied as soon as the leader has appended.
+//! so acks=all is satisfied as soon as the leader has appended; with `flush.acks.all`, only
+//! once the appended batches are fsynced too ([`Partition::sync_to`], the partitions of one
+//! request in parallel). A failed fsync answers KAFKA_STORAGE_ERROR for that partition.
 
 use kafka_protocol::messages::produce_response::*;
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -13,7 +15,7 @@ use super::{str_bytes, RequestContext};
 use crate::broker::error_chain;
 use crate::log::LogError;
 use crate::protocol::record_batch::ProduceValidationError;
-use crate::replication::AppendError;
+use crate::replication::{AppendError, Partition};
 
 /// Maps an append failure to Kafka's error code and message.
 fn append_error(e: &AppendError) -> (ResponseError, String) {
@@ -40,6 +42,9 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceRespons
     let acks_valid = matches!(req.acks, -1..=1);
     let transactional = req.transactional_id.is_some();
     let now = broker.now_ms();
+    let sync = req.acks == -1;
+    // (topic index, partition index in the response, partition, offset to sync below)
+    let mut to_sync: Vec<(usize, usize, std::sync::Arc<Partition>, i64)> = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for topic_data in req.topic_data {
         let name = topic_data.name.0.to_string();
@@ -52,6 +57,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceRespons
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let partition = topic.as_ref().and_then(|t| t.partition(pd.index).cloned());
+            let synced = partition.clone().filter(|p| sync && p.flush_acks_all());
             let result = if !acks_valid {
                 Err((ResponseError::InvalidRequiredAcks, String::new()))
             } else if transactional {
@@ -74,6 +80,9 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceRespons
                         .with_base_offset(a.base_offset)
                         .with_log_append_time_ms(a.log_append_time)
                         .with_log_start_offset(a.log_start_offset);
+                    if let Some(p) = synced {
+                        to_sync.push((responses.len(), partition_responses.len(), p, a.next_offset));
+                    }
                 }
                 Err((code, message)) => {
                     crate::metrics::response_error(kafka_protocol::messages::ApiKey::Produce, code.code());
@@ -91,6 +100,22 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceRespons
             partition_responses.push(resp);
         }
         responses.push(TopicProduceResponse::default().with_name(topic_data.name).with_partition_responses(partition_responses));
+    }
+    let synced = futures::future::join_all(to_sync.iter().map(|(_, _, p, end)| p.sync_to(*end))).await;
+    for ((t, i, p, _), r) in to_sync.iter().zip(synced) {
+        if let Err(e) = r {
+            let message = error_chain(&e);
+            tracing::error!(topic = %p.topic, partition = p.index, error = %message, "fsync before acknowledging failed");
+            crate::metrics::response_error(kafka_protocol::messages::ApiKey::Produce, ResponseError::KafkaStorageError.code());
+            let resp = &mut responses[*t].partition_responses[*i];
+            *resp = PartitionProduceResponse::default()
+                .with_index(resp.index)
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1)
+                .with_error_code(ResponseError::KafkaStorageError.code())
+                .with_error_message(Some(str_bytes(&message)));
+        }
     }
     ProduceResponse::default().with_responses(responses)
 }

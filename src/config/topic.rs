@@ -52,7 +52,8 @@ macro_rules! def {
     };
 }
 
-/// Every topic config Kafka 4.x knows, sorted by name.
+/// Every topic config Kafka 4.x knows, sorted by name, and sluice's own `flush.acks.all`
+/// (broker default `log.flush.acks.all`): DescribeConfigs lists it beside Kafka's.
 pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ("cleanup.policy", def!(Some("log.cleanup.policy"), "delete", Kind::ListOf(&["delete", "compact"]), LIST)),
     ("compression.gzip.level", def!(Some("compression.gzip.level"), "-1", Kind::Int { min: -1 }, INT)),
@@ -70,6 +71,7 @@ pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ("delete.retention.ms", def!(Some("log.cleaner.delete.retention.ms"), "86400000", Kind::Long { min: 0 }, LONG)),
     ("errors.deadletterqueue.group.enable", def!(None, "false", Kind::Bool, BOOLEAN)),
     ("file.delete.delay.ms", def!(Some("log.segment.delete.delay.ms"), "60000", Kind::Long { min: 0 }, LONG)),
+    ("flush.acks.all", def!(Some("log.flush.acks.all"), "false", Kind::Bool, BOOLEAN)),
     ("flush.messages", def!(Some("log.flush.interval.messages"), LONG_MAX, Kind::Long { min: 1 }, LONG)),
     ("flush.ms", def!(Some("log.flush.interval.ms"), LONG_MAX, Kind::Long { min: 0 }, LONG)),
     ("follower.replication.throttled.replicas", def!(None, "", Kind::Text, LIST)),
@@ -234,6 +236,7 @@ pub fn log_config(effective: &BTreeMap<String, String>) -> LogConfig {
         retention_bytes: if deletes { long("retention.bytes", -1) } else { -1 },
         flush_interval_messages: long("flush.messages", i64::MAX).max(1) as u64,
         flush_interval_ms: long("flush.ms", i64::MAX),
+        flush_acks_all: effective.get("flush.acks.all").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
         max_message_bytes: long("max.message.bytes", 1048588).max(0) as usize,
         message_timestamp_type_log_append: effective
             .get("message.timestamp.type")

@@ -17,6 +17,9 @@ pub struct LogConfig {
     pub flush_interval_messages: u64,
     /// `flush.ms`: fsync when the last flush is older than this.
     pub flush_interval_ms: i64,
+    /// `flush.acks.all` (sluice's own): a produce with acks=all is answered only once its
+    /// batches are fsynced (see `Partition::sync_to` in the replication layer).
+    pub flush_acks_all: bool,
     /// `max.message.bytes`: largest record batch accepted from a producer.
     pub max_message_bytes: usize,
     /// `message.timestamp.type=LogAppendTime`: the broker stamps batches with its clock.
@@ -33,6 +36,7 @@ impl Default for LogConfig {
             retention_bytes: -1,
             flush_interval_messages: i64::MAX as u64,
             flush_interval_ms: i64::MAX,
+            flush_acks_all: false,
             max_message_bytes: 1_048_588,
             message_timestamp_type_log_append: false,
         }

@@ -86,6 +86,16 @@ impl FlushTicket {
         self.done.load(Ordering::Acquire)
     }
 
+    /// Blocks until the job has run; true if it succeeded. Leaves the result where it is: the
+    /// partition log still settles it (and poisons itself on a failure).
+    pub fn wait_ok(&self) -> bool {
+        let mut result = self.result.lock();
+        while !self.is_done() {
+            self.finished.wait(&mut result);
+        }
+        !matches!(*result, Some(Err(_)))
+    }
+
     /// Blocks until the job has run and returns its result. The result is handed out once;
     /// later calls return `Ok`.
     pub fn wait(&self) -> Result<(), LogError> {

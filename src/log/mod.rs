@@ -59,7 +59,7 @@ pub use config::LogConfig;
 pub use epoch::LeaderEpochCache;
 pub use error::LogError;
 pub use io::{select_backend, FileSlice, IoBackend, IoBackendChoice, SegmentFile};
-pub use partition::{ActiveCheck, AppendInfo, PartitionLog, ReadResult, SliceRead};
+pub use partition::{ActiveCheck, AppendInfo, PartitionLog, ReadResult, SliceRead, SyncPoint};
 pub use partition_metadata::{read_partition_metadata, write_partition_metadata};
 
 /// Splits a partition directory name `<topic>-<partition>` into its parts.

@@ -80,6 +80,35 @@ pub struct SliceRead {
     pub next_offset: i64,
 }
 
+/// What makes a log durable up to the end it had when this was taken: the data of the active
+/// segment and the flush of the segment rolled before it, if that is still running (the ones
+/// before it were flushed before it rolled). Taken under the partition lock by
+/// [`PartitionLog::sync_point`] and [`run`](SyncPoint::run) without it, so appends go on while
+/// the fsync runs (the group commit of `flush.acks.all`, see `replication/partition.rs`).
+/// Indexes are not synced: recovery rebuilds them from the data.
+pub struct SyncPoint {
+    end_offset: i64,
+    file: Arc<dyn super::io::SegmentFile>,
+    path: PathBuf,
+    rolled: Option<Arc<FlushTicket>>,
+}
+
+impl SyncPoint {
+    /// fdatasyncs; returns the offset below which the log is now durable. Blocks (an fsync
+    /// under write-back can take seconds): run it off the async runtime.
+    pub fn run(self) -> Result<i64, LogError> {
+        if let Some(ticket) = &self.rolled {
+            if !ticket.wait_ok() {
+                return Err(LogError::Poisoned { path: self.path.parent().map(Path::to_path_buf).unwrap_or_default() });
+            }
+        }
+        let started = std::time::Instant::now();
+        self.file.sync_data().map_err(|e| LogError::io(&self.path, "fsync", e))?;
+        crate::metrics::fsync_completed(started.elapsed());
+        Ok(self.end_offset)
+    }
+}
+
 /// One partition's log. See the module docs of [`crate::log`] for the layout and invariants.
 #[derive(Debug)]
 pub struct PartitionLog {
@@ -251,12 +280,16 @@ impl PartitionLog {
     /// Marks the log poisoned when `r` is an error (write/fsync state is now unknown).
     fn poison_on_err<T>(&mut self, r: Result<T, LogError>) -> Result<T, LogError> {
         if let Err(e) = &r {
-            if !self.poisoned {
-                tracing::error!(dir = %self.dir.display(), error = %e, "partition log poisoned; refusing further appends");
-            }
-            self.poisoned = true;
+            self.poison(e);
         }
         r
+    }
+
+    fn poison(&mut self, e: &LogError) {
+        if !self.poisoned {
+            tracing::error!(dir = %self.dir.display(), error = %e, "partition log poisoned; refusing further appends");
+        }
+        self.poisoned = true;
     }
 
     /// Leader append; see the crate-level contract in the module docs.
@@ -696,6 +729,18 @@ impl PartitionLog {
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;
         Ok(())
+    }
+
+    /// What makes the log durable up to its current end, to run without the lock.
+    pub fn sync_point(&self) -> Result<SyncPoint, LogError> {
+        self.check_poisoned()?;
+        let (file, path) = self.active().data_file();
+        Ok(SyncPoint { end_offset: self.log_end_offset(), file, path, rolled: self.pending_flush.clone() })
+    }
+
+    /// Poisons the log after a [`SyncPoint`] failed (its fsync ran without the lock).
+    pub fn poison_after_sync(&mut self, e: &LogError) {
+        self.poison(e);
     }
 
     /// Puts what the log holds only in memory (index entries) into its files, without fsync,

@@ -596,6 +596,12 @@ impl Segment {
         })
     }
 
+    /// The `.log` file and its path, to fdatasync without holding the partition lock (see
+    /// [`super::partition::SyncPoint`]).
+    pub fn data_file(&self) -> (Arc<dyn SegmentFile>, PathBuf) {
+        (Arc::clone(&self.file), self.log_path.clone())
+    }
+
     pub fn sync(&mut self) -> Result<(), LogError> {
         let started = std::time::Instant::now();
         self.file.sync_data().map_err(|e| LogError::io(&self.log_path, "fsync", e))?;

@@ -154,7 +154,7 @@ pub static METRICS: &[MetricDef] = &[
        "Topics this broker hosts (internal ones included).",
        "No."),
     m!("sluice_log_fsync_duration_seconds", Histogram, Event, [],
-       "Duration of each fdatasync of a segment's .log file (flush.messages / flush.ms, roll, shutdown).",
+       "Duration of each fdatasync of a segment's .log file (flush.messages / flush.ms, flush.acks.all, roll, shutdown).",
        "Yes when p99 exceeds ~100 ms: the disk is saturated or failing."),
     m!("sluice_log_io_backend_info", Gauge, Scrape, ["backend", "appends"],
        "Always 1; backend says which log I/O backend runs (io_uring or std), appends how segment appends reach the files (pwritev, io_uring, or mixed across log dirs' filesystems).",

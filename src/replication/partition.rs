@@ -24,7 +24,7 @@
 //! next older one (or the log start) is used.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -46,6 +46,9 @@ pub struct Appended {
     pub log_start_offset: i64,
     pub records: u64,
     pub bytes: usize,
+    /// The log end offset right after this append (for a duplicate: the current one), which
+    /// [`Partition::sync_to`] waits for under `flush.acks.all`.
+    pub next_offset: i64,
 }
 
 /// Why a produce to one partition was refused; each maps to a Kafka error code.
@@ -84,6 +87,25 @@ pub struct Partition {
     log_start_offset: AtomicI64,
     /// Woken after every append (and on deletion) so long-polling fetches re-check.
     pub appended: Notify,
+    /// The topic's `flush.acks.all`, readable without the lock (see [`Partition::sync_to`]).
+    flush_acks_all: AtomicBool,
+    /// The log is known to be on disk below this offset (see [`Partition::sync_to`]).
+    synced_offset: AtomicI64,
+    /// True while one caller of [`Partition::sync_to`] runs the fsync for all of them.
+    syncing: AtomicBool,
+    /// Woken when that fsync ends.
+    synced: Notify,
+}
+
+/// Ends a turn at running the fsync in [`Partition::sync_to`], also when the waiting request
+/// is dropped (its connection closed) before the fsync returns.
+struct SyncTurn<'a>(&'a Partition);
+
+impl Drop for SyncTurn<'_> {
+    fn drop(&mut self) {
+        self.0.syncing.store(false, Ordering::Release);
+        self.0.synced.notify_waiters();
+    }
 }
 
 impl std::fmt::Debug for Partition {
@@ -106,6 +128,7 @@ impl Partition {
         let (producers, unsnapshotted_bytes) = rebuild_producer_state(&log, now_ms, producer_id_expiration_ms)?;
         let hw = log.log_end_offset();
         let start = log.log_start_offset();
+        let flush_acks_all = log.config().flush_acks_all;
         Ok(Partition {
             topic,
             index,
@@ -115,6 +138,10 @@ impl Partition {
             high_watermark: AtomicI64::new(hw),
             log_start_offset: AtomicI64::new(start),
             appended: Notify::new(),
+            flush_acks_all: AtomicBool::new(flush_acks_all),
+            synced_offset: AtomicI64::new(start),
+            syncing: AtomicBool::new(false),
+            synced: Notify::new(),
         })
     }
 
@@ -158,6 +185,7 @@ impl Partition {
                         log_start_offset: st.log.log_start_offset(),
                         records: 0,
                         bytes: 0,
+                        next_offset: st.log.log_end_offset(),
                     })
                 }
                 SequenceCheck::InvalidProducerEpoch => return Err(AppendError::InvalidProducerEpoch),
@@ -191,7 +219,50 @@ impl Partition {
             log_start_offset: info.log_start_offset,
             records: info.record_count,
             bytes: info.bytes,
+            next_offset: leo,
         })
+    }
+
+    /// Whether a produce with acks=all waits for [`Partition::sync_to`] (`flush.acks.all`).
+    pub fn flush_acks_all(&self) -> bool {
+        self.flush_acks_all.load(Ordering::Acquire)
+    }
+
+    /// Waits until the log is on disk below `end_offset` (`flush.acks.all`: a produce with
+    /// acks=all is answered after this). Group commit: one caller at a time takes the
+    /// log's [`SyncPoint`](crate::log::SyncPoint) under the lock and fdatasyncs it on the
+    /// blocking pool without the lock; appends made meanwhile go on, and their callers wait
+    /// for that fsync to end and then share the next one. A failed fsync poisons the log, and
+    /// every caller gets the error.
+    pub async fn sync_to(&self, end_offset: i64) -> Result<(), LogError> {
+        loop {
+            if self.synced_offset.load(Ordering::Acquire) >= end_offset {
+                return Ok(());
+            }
+            let ended = self.synced.notified();
+            tokio::pin!(ended);
+            // Registered before the check below, so an fsync that ends in between still wakes us.
+            ended.as_mut().enable();
+            if self.syncing.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                ended.await;
+                continue;
+            }
+            let _turn = SyncTurn(self);
+            let point = self.state.lock().log.sync_point()?;
+            let synced = match tokio::task::spawn_blocking(move || point.run()).await {
+                Ok(r) => r,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            };
+            match synced {
+                Ok(end) => {
+                    self.synced_offset.fetch_max(end, Ordering::AcqRel);
+                }
+                Err(e) => {
+                    self.state.lock().log.poison_after_sync(&e);
+                    return Err(e);
+                }
+            }
+        }
     }
 
     /// Reads whole batches from `offset`, never past the high watermark.
@@ -268,6 +339,7 @@ impl Partition {
     }
 
     pub fn update_config(&self, config: LogConfig) {
+        self.flush_acks_all.store(config.flush_acks_all, Ordering::Release);
         self.state.lock().log.update_config(config);
     }
 
@@ -605,5 +677,121 @@ mod tests {
         // The periodic pass forgets producer 9 a day after its last batch (timestamp 1 s).
         assert_eq!(p.expire_producers(DAY_MS + 999, DAY_MS), 0);
         assert_eq!(p.expire_producers(DAY_MS + 1_000, DAY_MS), 1);
+    }
+
+    /// A backend whose fdatasync is counted, can be held until the test opens its gate, and
+    /// can be made to fail.
+    #[derive(Debug, Default)]
+    struct SyncGate {
+        syncs: std::sync::atomic::AtomicUsize,
+        open: parking_lot::Mutex<bool>,
+        opened: parking_lot::Condvar,
+        fail: AtomicBool,
+    }
+
+    #[derive(Debug)]
+    struct GatedBackend(Arc<SyncGate>);
+
+    #[derive(Debug)]
+    struct GatedFile(Box<dyn crate::log::SegmentFile>, Arc<SyncGate>);
+
+    impl IoBackend for GatedBackend {
+        fn name(&self) -> &'static str {
+            "gated"
+        }
+        fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::log::SegmentFile>> {
+            Ok(Box::new(GatedFile(StdBackend.open(path)?, Arc::clone(&self.0))))
+        }
+    }
+
+    impl crate::log::SegmentFile for GatedFile {
+        fn write_at(&self, pos: u64, parts: &[Bytes]) -> std::io::Result<()> {
+            self.0.write_at(pos, parts)
+        }
+        fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
+            self.0.read_at(pos, len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.1.syncs.fetch_add(1, Ordering::SeqCst);
+            let mut open = self.1.open.lock();
+            while !*open {
+                self.1.opened.wait(&mut open);
+            }
+            if self.1.fail.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("injected fsync failure"));
+            }
+            self.0.sync_data()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.0.set_len(len)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.0.len()
+        }
+        fn std_file(&self) -> &std::fs::File {
+            self.0.std_file()
+        }
+    }
+
+    fn open_gated(dir: &Path, gate: &Arc<SyncGate>) -> Arc<Partition> {
+        let log = PartitionLog::open(dir, LogConfig::default(), Arc::new(GatedBackend(Arc::clone(gate)))).unwrap();
+        Arc::new(Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap())
+    }
+
+    fn set_gate(gate: &SyncGate, open: bool) {
+        *gate.open.lock() = open;
+        gate.opened.notify_all();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_made_during_an_fsync_share_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(SyncGate::default());
+        set_gate(&gate, true);
+        let p = open_gated(dir.path(), &gate);
+        let base = gate.syncs.load(Ordering::SeqCst);
+        set_gate(&gate, false);
+
+        let first = p.append(idempotent_batch(7, 0, 1).into(), 0).unwrap();
+        let waiter = |end: i64| {
+            let p = Arc::clone(&p);
+            tokio::spawn(async move { p.sync_to(end).await })
+        };
+        let first_wait = waiter(first.next_offset);
+        while gate.syncs.load(Ordering::SeqCst) == base {
+            tokio::task::yield_now().await;
+        }
+        // The first fsync is running (held by the gate): three more appends and their waiters.
+        let mut later = Vec::new();
+        for seq in 1..4 {
+            let a = p.append(idempotent_batch(7, seq, 1).into(), 0).unwrap();
+            later.push(waiter(a.next_offset));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!first_wait.is_finished() && later.iter().all(|w| !w.is_finished()), "nobody is answered before the fsync ends");
+
+        set_gate(&gate, true);
+        first_wait.await.unwrap().unwrap();
+        for w in later {
+            w.await.unwrap().unwrap();
+        }
+        assert_eq!(gate.syncs.load(Ordering::SeqCst) - base, 2, "one fsync for the first append, one for the three after it");
+        // Everything up to the log end is known to be on disk: no further fsync.
+        p.sync_to(4).await.unwrap();
+        assert_eq!(gate.syncs.load(Ordering::SeqCst) - base, 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_fsync_fails_the_waiters_and_poisons_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(SyncGate::default());
+        set_gate(&gate, true);
+        let p = open_gated(dir.path(), &gate);
+        let a = p.append(idempotent_batch(7, 0, 1).into(), 0).unwrap();
+        gate.fail.store(true, Ordering::SeqCst);
+        let e = p.sync_to(a.next_offset).await.unwrap_err();
+        assert!(e.to_string().contains("injected fsync failure"), "{e}");
+        assert!(matches!(p.append(idempotent_batch(7, 1, 1).into(), 0), Err(AppendError::Log(LogError::Poisoned { .. }))));
+        assert!(matches!(p.sync_to(a.next_offset).await, Err(LogError::Poisoned { .. })));
     }
 }
