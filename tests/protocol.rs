@@ -469,3 +469,53 @@ fn large_fetches_return_whole_batches_in_order_within_the_limits() {
     assert_eq!(resp.responses[0].partitions[0].high_watermark, 3);
     assert_eq!(decoded(&resp.responses[0].partitions[0].records), []);
 }
+
+/// Under `flush.acks.all` an acks=all produce is answered by a task of its own while the
+/// connection goes on with the requests behind it: pipelined requests still get their
+/// responses in request order, with the produces' offsets in order.
+#[test]
+fn responses_held_behind_an_fsync_keep_request_order() {
+    use kafka_protocol::protocol::Decodable;
+    let b = Broker::start(&["log.flush.acks.all=true", "num.partitions=1"]);
+    let mut c = b.connect();
+    let topic = |n: &str| TopicName(StrBytes::from_string(n.to_string()));
+    let created = c.call(
+        &CreateTopicsRequest::default().with_topics(vec![create_topics_request::CreatableTopic::default()
+            .with_name(topic("held"))
+            .with_num_partitions(1)
+            .with_replication_factor(1)]),
+        7,
+    );
+    assert_eq!(created.topics[0].error_code, 0);
+    let produce = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![
+        produce_request::TopicProduceData::default().with_name(topic("held")).with_partition_data(vec![
+            produce_request::PartitionProduceData::default().with_index(0).with_records(Some(big_batch(0))),
+        ]),
+    ]);
+    // Six rounds of produce, produce, ApiVersions, Metadata in one write each.
+    for round in 0..6i64 {
+        let mut buf = BytesMut::new();
+        let first = c.encode(&produce, 9);
+        buf.extend_from_slice(&first);
+        buf.extend_from_slice(&c.encode(&produce, 9));
+        buf.extend_from_slice(&c.encode(&ApiVersionsRequest::default(), 3));
+        buf.extend_from_slice(&c.encode(&MetadataRequest::default().with_topics(None), 12));
+        c.send_raw(&buf);
+        let first_corr = i32::from_be_bytes(first[8..12].try_into().unwrap());
+        for (i, key) in [ApiKey::Produce, ApiKey::Produce, ApiKey::ApiVersions, ApiKey::Metadata].into_iter().enumerate() {
+            let mut frame = c.read_frame().expect("connection closed");
+            let version = match key {
+                ApiKey::Produce => 9,
+                ApiKey::ApiVersions => 3,
+                _ => 12,
+            };
+            let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
+            assert_eq!(header.correlation_id, first_corr + i as i32, "round {round}: response {i} out of order");
+            if key == ApiKey::Produce {
+                let resp = ProduceResponse::decode(&mut frame, version).unwrap();
+                let p = &resp.responses[0].partition_responses[0];
+                assert_eq!((p.error_code, p.base_offset), (0, (round * 2 + i as i64) * 10), "round {round}");
+            }
+        }
+    }
+}

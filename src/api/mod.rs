@@ -49,6 +49,10 @@ pub enum Dispatch {
     Stream(Vec<fetch_frame::ResponsePart>),
     /// Nothing to send (acks=0 produce).
     Silent,
+    /// The response is still being made by this task (an acks=all produce waiting for its
+    /// fsyncs under `flush.acks.all`); requests behind it may be handled meanwhile, but their
+    /// responses are written after this one.
+    Later(tokio::task::JoinHandle<Dispatch>),
     /// Close the connection (bad request, or a failed acks=0 produce), with the reason logged.
     Close(String),
 }
@@ -178,14 +182,17 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         ApiKey::Produce => match ProduceRequest::decode(&mut body, ctx.api_version) {
             Ok(req) => {
                 let acks = req.acks;
-                let resp = produce::handle(&ctx, req).await;
+                let written = produce::append(&ctx, req);
                 if acks == 0 {
-                    match produce::first_error(&resp) {
+                    // acks=0 never waits for an fsync (only acks=all does).
+                    match produce::first_error(&written.finish().await) {
                         Some(code) => Dispatch::Close(format!("acks=0 produce failed with error code {code}")),
                         None => Dispatch::Silent,
                     }
+                } else if written.is_complete() {
+                    respond(&ctx, &written.finish().await)
                 } else {
-                    respond(&ctx, &resp)
+                    Dispatch::Later(tokio::spawn(async move { respond(&ctx, &written.finish().await) }))
                 }
             }
             Err(e) => Dispatch::Close(format!("malformed ProduceRequest: {e}")),

@@ -6,6 +6,13 @@
 //! so acks=all is satisfied as soon as the leader has appended; with `flush.acks.all`, only
 //! once the appended batches are fsynced too ([`Partition::sync_to`], the partitions of one
 //! request in parallel). A failed fsync answers KAFKA_STORAGE_ERROR for that partition.
+//!
+//! [`append`] does the appends, in request order, and returns what is left to wait for;
+//! [`Written::finish`] waits. The connection runs the wait as a task of its own and goes on
+//! with the requests behind it (see `network/connection.rs`), so the pipelined requests of one
+//! producer share an fsync too.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::produce_response::*;
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -37,14 +44,51 @@ fn append_error(e: &AppendError) -> (ResponseError, String) {
     (code, error_chain(e))
 }
 
-pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceResponse {
+/// The response of a produce whose batches are appended, and the fsyncs it still waits for.
+pub struct Written {
+    response: ProduceResponse,
+    /// (topic index, partition index in the response, partition, offset to sync below)
+    to_sync: Vec<(usize, usize, Arc<Partition>, i64)>,
+}
+
+impl Written {
+    /// Whether the response is final as it is.
+    pub fn is_complete(&self) -> bool {
+        self.to_sync.is_empty()
+    }
+
+    /// The response, once every partition written under `flush.acks.all` is fsynced; a
+    /// partition whose fsync failed answers KAFKA_STORAGE_ERROR.
+    pub async fn finish(self) -> ProduceResponse {
+        let Written { mut response, to_sync } = self;
+        let synced = futures::future::join_all(to_sync.iter().map(|(_, _, p, end)| p.sync_to(*end))).await;
+        for ((t, i, p, _), r) in to_sync.iter().zip(synced) {
+            if let Err(e) = r {
+                let message = error_chain(&e);
+                tracing::error!(topic = %p.topic, partition = p.index, error = %message, "fsync before acknowledging failed");
+                crate::metrics::response_error(kafka_protocol::messages::ApiKey::Produce, ResponseError::KafkaStorageError.code());
+                let resp = &mut response.responses[*t].partition_responses[*i];
+                *resp = PartitionProduceResponse::default()
+                    .with_index(resp.index)
+                    .with_base_offset(-1)
+                    .with_log_append_time_ms(-1)
+                    .with_log_start_offset(-1)
+                    .with_error_code(ResponseError::KafkaStorageError.code())
+                    .with_error_message(Some(str_bytes(&message)));
+            }
+        }
+        response
+    }
+}
+
+/// Appends every partition's batches; see the module docs.
+pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
     let broker = &ctx.broker;
     let acks_valid = matches!(req.acks, -1..=1);
     let transactional = req.transactional_id.is_some();
     let now = broker.now_ms();
     let sync = req.acks == -1;
-    // (topic index, partition index in the response, partition, offset to sync below)
-    let mut to_sync: Vec<(usize, usize, std::sync::Arc<Partition>, i64)> = Vec::new();
+    let mut to_sync = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for topic_data in req.topic_data {
         let name = topic_data.name.0.to_string();
@@ -101,23 +145,7 @@ pub async fn handle(ctx: &RequestContext, req: ProduceRequest) -> ProduceRespons
         }
         responses.push(TopicProduceResponse::default().with_name(topic_data.name).with_partition_responses(partition_responses));
     }
-    let synced = futures::future::join_all(to_sync.iter().map(|(_, _, p, end)| p.sync_to(*end))).await;
-    for ((t, i, p, _), r) in to_sync.iter().zip(synced) {
-        if let Err(e) = r {
-            let message = error_chain(&e);
-            tracing::error!(topic = %p.topic, partition = p.index, error = %message, "fsync before acknowledging failed");
-            crate::metrics::response_error(kafka_protocol::messages::ApiKey::Produce, ResponseError::KafkaStorageError.code());
-            let resp = &mut responses[*t].partition_responses[*i];
-            *resp = PartitionProduceResponse::default()
-                .with_index(resp.index)
-                .with_base_offset(-1)
-                .with_log_append_time_ms(-1)
-                .with_log_start_offset(-1)
-                .with_error_code(ResponseError::KafkaStorageError.code())
-                .with_error_message(Some(str_bytes(&message)));
-        }
-    }
-    ProduceResponse::default().with_responses(responses)
+    Written { response: ProduceResponse::default().with_responses(responses), to_sync }
 }
 
 /// The first non-zero error code in a response (acks=0 closes the connection on errors).

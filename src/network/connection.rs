@@ -2,7 +2,12 @@
 //!
 //! Requests on a connection are handled one at a time in order, as Kafka does (clients rely on
 //! responses arriving in request order); clients get parallelism from several connections and
-//! from pipelining, which the read buffer absorbs.
+//! from pipelining, which the read buffer absorbs. One exception: an acks=all produce waiting
+//! for its fsyncs (`flush.acks.all`) is answered by a task of its own ([`Dispatch::Later`]), and
+//! the requests behind it are handled meanwhile, so that one producer's pipelined batches share
+//! an fsync. Their responses are held and written in request order, at most
+//! [`MAX_HELD_RESPONSES`] of them; past that the connection reads no further request until the
+//! oldest is written.
 //!
 //! # Invariants
 //! - The read buffer grows by at most [`MAX_READ_RESERVE`] beyond the bytes that have arrived,
@@ -13,14 +18,17 @@
 //! - Responses are flushed when no further complete request is already buffered, so a burst of
 //!   pipelined requests costs one write.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
+use tokio::task::{JoinError, JoinHandle};
 
 use crate::api::{self, api_versions, fetch_session::FetchSessionCache, versions, Dispatch, RequestContext};
 use crate::broker::Broker;
@@ -32,6 +40,75 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Most the read buffer grows by per read, so memory follows bytes received.
 const MAX_READ_RESERVE: usize = 1 << 20;
+
+/// Most responses held behind one that is still being made (clients keep at most 5 requests in
+/// flight by default).
+const MAX_HELD_RESPONSES: usize = 16;
+
+/// A response that must wait for the ones before it, with what the request metrics need.
+struct Held {
+    reply: Reply,
+    api_key: ApiKey,
+    api_version: i16,
+    queue: Duration,
+    started: Instant,
+}
+
+enum Reply {
+    Ready(Dispatch),
+    Later(JoinHandle<Dispatch>),
+}
+
+impl Reply {
+    fn new(d: Dispatch) -> Reply {
+        match d {
+            Dispatch::Later(h) => Reply::Later(h),
+            d => Reply::Ready(d),
+        }
+    }
+}
+
+/// The outcome of a [`Dispatch::Later`] task; one that panicked closes the connection.
+fn joined(r: Result<Dispatch, JoinError>) -> Dispatch {
+    r.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a request's response task failed");
+        Dispatch::Close(format!("the response task failed: {e}"))
+    })
+}
+
+/// Writes one response (never [`Dispatch::Later`]: those are awaited first).
+async fn write_reply(writer: &mut BufWriter<OwnedWriteHalf>, d: Dispatch, api_key: ApiKey, api_version: i16) -> Result<(), Closed> {
+    match d {
+        Dispatch::Respond(resp) => writer.write_all(&resp).await.map_err(Closed::Io),
+        Dispatch::Stream(parts) => super::send::send_parts(writer, parts).await.map_err(Closed::Io),
+        Dispatch::Silent => Ok(()),
+        Dispatch::Close(reason) => Err(Closed::Protocol(format!("{api_key:?} v{api_version}: {reason}"))),
+        Dispatch::Later(_) => Err(Closed::Protocol(format!("{api_key:?} v{api_version}: a deferred response deferred again"))),
+    }
+}
+
+/// Writes the held responses that are ready, oldest first, up to the first still being made.
+async fn write_ready(held: &mut VecDeque<Held>, writer: &mut BufWriter<OwnedWriteHalf>) -> Result<(), Closed> {
+    loop {
+        let ready = match held.front() {
+            None => return Ok(()),
+            Some(Held { reply: Reply::Later(task), .. }) => task.is_finished(),
+            Some(_) => true,
+        };
+        if !ready {
+            return Ok(());
+        }
+        let h = held.pop_front().expect("front exists");
+        let d = match h.reply {
+            Reply::Ready(d) => d,
+            Reply::Later(task) => joined(task.await),
+        };
+        let local = h.started.elapsed();
+        let sent = Instant::now();
+        write_reply(writer, d, h.api_key, h.api_version).await?;
+        metrics::request_completed(h.api_key, h.api_version, RequestTimes { queue: h.queue, local, send: sent.elapsed() });
+    }
+}
 
 /// Why a connection ended (logged once, with context).
 #[derive(Debug)]
@@ -50,11 +127,23 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
     let _counted = broker.metrics.connection_opened();
     // When the read that completed the frame being handled returned (start of its queue time).
     let mut last_read_at = Instant::now();
+    // Responses waiting behind one still being made (see the module docs).
+    let mut held: VecDeque<Held> = VecDeque::new();
     let outcome: Closed = 'conn: loop {
-        // Gather one complete frame.
+        // Gather one complete frame, writing held responses as they become ready.
         let len = loop {
+            if let Err(c) = write_ready(&mut held, &mut writer).await {
+                break 'conn c;
+            }
             match frame::check_frame(&buf, max) {
-                FrameCheck::Complete { len } => break len,
+                FrameCheck::Complete { len } if held.len() < MAX_HELD_RESPONSES => break len,
+                FrameCheck::Complete { .. } => {
+                    // Enough held: no further request until the oldest is answered.
+                    if let Some(Held { reply: Reply::Later(task), .. }) = held.front_mut() {
+                        let d = joined(task.await);
+                        held[0].reply = Reply::Ready(d);
+                    }
+                }
                 FrameCheck::Invalid { size } => {
                     break 'conn Closed::Protocol(format!("frame size {size} outside [0, socket.request.max.bytes={max}]"));
                 }
@@ -67,10 +156,23 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                     // Grow with the data that really arrives, never by the size a client
                     // claims: a 4-byte prefix announcing 100 MB reserves one chunk, not 100 MB.
                     buf.reserve((needed - buf.len()).clamp(1, MAX_READ_RESERVE));
-                    match reader.read_buf(&mut buf).await {
-                        Ok(0) => break 'conn Closed::ByPeer,
-                        Ok(_) => last_read_at = Instant::now(),
-                        Err(e) => break 'conn Closed::Io(e),
+                    // Read, or wake when the oldest held response is ready, whichever is first
+                    // (`read_buf` is cancel safe: losing the race reads nothing).
+                    let read = match held.front_mut() {
+                        Some(Held { reply: Reply::Later(task), .. }) => tokio::select! {
+                            r = reader.read_buf(&mut buf) => Some(r),
+                            d = task => {
+                                held[0].reply = Reply::Ready(joined(d));
+                                None
+                            }
+                        },
+                        _ => Some(reader.read_buf(&mut buf).await),
+                    };
+                    match read {
+                        None => {}
+                        Some(Ok(0)) => break 'conn Closed::ByPeer,
+                        Some(Ok(_)) => last_read_at = Instant::now(),
+                        Some(Err(e)) => break 'conn Closed::Io(e),
                     }
                 }
             }
@@ -88,10 +190,15 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
             if api_key == ApiKey::ApiVersions {
                 // Kafka answers with v0 framing so any client can read the supported ranges.
                 match api::frame_response(prefix.correlation_id, 0, &api_versions::unsupported_version_response()) {
-                    Ok(resp) => {
+                    Ok(resp) if held.is_empty() => {
                         if let Err(e) = writer.write_all(&resp).await {
                             break Closed::Io(e);
                         }
+                        continue;
+                    }
+                    Ok(resp) => {
+                        let started = Instant::now();
+                        held.push_back(Held { reply: Reply::Ready(Dispatch::Respond(resp)), api_key, api_version: 0, queue: started - arrived, started });
                         continue;
                     }
                     Err(e) => break Closed::Protocol(e),
@@ -115,20 +222,14 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
         };
         let started = Instant::now();
         let dispatched = api::dispatch(ctx, api_key, body).await;
+        if !held.is_empty() || matches!(dispatched, Dispatch::Later(_)) {
+            let api_version = prefix.api_version;
+            held.push_back(Held { reply: Reply::new(dispatched), api_key, api_version, queue: started - arrived, started });
+            continue;
+        }
         let handled = Instant::now();
-        match dispatched {
-            Dispatch::Respond(resp) => {
-                if let Err(e) = writer.write_all(&resp).await {
-                    break Closed::Io(e);
-                }
-            }
-            Dispatch::Stream(parts) => {
-                if let Err(e) = super::send::send_parts(&mut writer, parts).await {
-                    break Closed::Io(e);
-                }
-            }
-            Dispatch::Silent => {}
-            Dispatch::Close(reason) => break Closed::Protocol(format!("{:?} v{}: {reason}", api_key, prefix.api_version)),
+        if let Err(c) = write_reply(&mut writer, dispatched, api_key, prefix.api_version).await {
+            break c;
         }
         if !matches!(frame::check_frame(&buf, max), FrameCheck::Complete { .. }) {
             if let Err(e) = writer.flush().await {
