@@ -472,7 +472,8 @@ fn large_fetches_return_whole_batches_in_order_within_the_limits() {
 
 /// Under `flush.acks.all` an acks=all produce is answered by a task of its own while the
 /// connection goes on with the requests behind it: pipelined requests still get their
-/// responses in request order, with the produces' offsets in order.
+/// responses in request order, with the produces' offsets in order, and a bad request behind
+/// a held response closes the connection only after that response is written.
 #[test]
 fn responses_held_behind_an_fsync_keep_request_order() {
     use kafka_protocol::protocol::Decodable;
@@ -518,4 +519,17 @@ fn responses_held_behind_an_fsync_keep_request_order() {
             }
         }
     }
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&c.encode(&produce, 9));
+    buf.put_i32(10);
+    buf.put_i16(9999); // no such api
+    buf.put_i16(0);
+    buf.put_i32(1);
+    buf.put_i16(-1);
+    c.send_raw(&buf);
+    let mut frame = c.read_frame().expect("the produce before the bad request is answered");
+    ResponseHeader::decode(&mut frame, 1).unwrap();
+    let resp = ProduceResponse::decode(&mut frame, 9).unwrap();
+    assert_eq!(resp.responses[0].partition_responses[0].base_offset, 120);
+    assert!(c.is_closed());
 }

@@ -110,6 +110,17 @@ async fn write_ready(held: &mut VecDeque<Held>, writer: &mut BufWriter<OwnedWrit
     }
 }
 
+/// Writes every held response, waiting for those still being made.
+async fn drain_held(held: &mut VecDeque<Held>, writer: &mut BufWriter<OwnedWriteHalf>) -> Result<(), Closed> {
+    while let Some(front) = held.front_mut() {
+        if let Reply::Later(task) = &mut front.reply {
+            front.reply = Reply::Ready(joined(task.await));
+        }
+        write_ready(held, writer).await?;
+    }
+    Ok(())
+}
+
 /// Why a connection ended (logged once, with context).
 #[derive(Debug)]
 enum Closed {
@@ -223,8 +234,17 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
         let started = Instant::now();
         let dispatched = api::dispatch(ctx, api_key, body).await;
         if !held.is_empty() || matches!(dispatched, Dispatch::Later(_)) {
+            let closes = matches!(dispatched, Dispatch::Close(_));
             let api_version = prefix.api_version;
             held.push_back(Held { reply: Reply::new(dispatched), api_key, api_version, queue: started - arrived, started });
+            if closes {
+                // As without held responses, nothing after a request that closes the
+                // connection is handled: answer what came before it, then close.
+                match drain_held(&mut held, &mut writer).await {
+                    Err(c) => break c,
+                    Ok(()) => break Closed::Protocol(format!("{api_key:?} v{api_version}: closed")),
+                }
+            }
             continue;
         }
         let handled = Instant::now();
@@ -239,6 +259,11 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
         let times = RequestTimes { queue: started - arrived, local: handled - started, send: handled.elapsed() };
         metrics::request_completed(api_key, prefix.api_version, times);
     };
+    if matches!(outcome, Closed::Protocol(_)) {
+        // A bad request closes the connection, but the requests before it were handled: their
+        // held responses still go out first, as they would have without holding.
+        let _ = drain_held(&mut held, &mut writer).await;
+    }
     let _ = writer.flush().await;
     metrics::connection_closed(match &outcome {
         Closed::ByPeer => CloseReason::Client,
