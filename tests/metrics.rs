@@ -221,7 +221,23 @@ fn acks_all_produce_waits_for_an_fsync_only_under_flush_acks_all() {
                     .with_config_operation(0)
                     .with_value(Some(StrBytes::from_static_str("true")))]),
         ]);
+        // A listing of the topic's configs shows this key of sluice's own only once it is set,
+        // so that clients see exactly Kafka's set otherwise.
+        let listed = |c: &mut common::Client| {
+            let describe = DescribeConfigsRequest::default().with_resources(vec![
+                describe_configs_request::DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_static_str("d"))
+                    .with_configuration_keys(None),
+            ]);
+            let resp = c.call(&describe, 4);
+            let configs = &resp.results[0].configs;
+            assert!(configs.iter().any(|e| e.name.as_str() == "retention.ms"), "a full listing");
+            configs.iter().find(|e| e.name.as_str() == "flush.acks.all").map(|e| e.value.as_ref().map(|v| v.to_string()))
+        };
+        assert_eq!(listed(&mut c), None, "not listed at its default");
         assert_eq!(c.call(&alter, 1).responses[0].error_code, 0);
+        assert_eq!(listed(&mut c), Some(Some("true".to_string())));
         assert_eq!(produce_d(&mut c, -1, &[1]), vec![(1, 0, 5)]);
         assert_eq!(fsyncs(), before + 1.0, "topic flush.acks.all=true");
     }

@@ -88,6 +88,9 @@ fn describe_topic(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol:
             Some((_, _, source)) => (defaults.get(*key).cloned().unwrap_or_default(), *source),
             None => (defaults.get(*key).cloned().unwrap_or_else(|| def.default.to_string()), SOURCE_DEFAULT),
         };
+        if keys.is_none() && !topic_config::listed(key, &value) {
+            continue;
+        }
         let syn = if synonyms { layers.iter().map(|(n, v, s)| synonym(n, v, *s)).collect() } else { Vec::new() };
         out.push(
             DescribeConfigsResourceResult::default()

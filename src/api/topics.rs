@@ -95,6 +95,7 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                 result.configs = (ctx.api_version >= 5).then(|| {
                     effective
                         .iter()
+                        .filter(|(k, v)| crate::config::topic::listed(k, v))
                         .map(|(k, v)| {
                             CreatableTopicConfigs::default()
                                 .with_name(str_bytes(k))

@@ -123,6 +123,17 @@ pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ),
 ];
 
+/// Topic configs of sluice's own, not Kafka's. Listings of all of a topic's configs
+/// (CreateTopics' echo, DescribeConfigs without key names) show them only where their value
+/// differs from the built-in default, so clients and tools see exactly Kafka's set unless the
+/// feature is in use; asked for by name, they are always answered.
+const SLUICE_ONLY: &[&str] = &["flush.acks.all"];
+
+/// Whether a listing of all of a topic's configs shows `key` with effective value `value`.
+pub fn listed(key: &str, value: &str) -> bool {
+    !SLUICE_ONLY.contains(&key) || lookup(key).is_none_or(|d| !d.default.eq_ignore_ascii_case(value.trim()))
+}
+
 /// The definition of a topic config key.
 pub fn lookup(key: &str) -> Option<&'static TopicConfigDef> {
     TOPIC_CONFIGS.iter().find(|(k, _)| *k == key).map(|(_, d)| d)
