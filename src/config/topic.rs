@@ -53,7 +53,7 @@ macro_rules! def {
 }
 
 /// Every topic config Kafka 4.x knows, sorted by name, and sluice's own `flush.acks.all`
-/// (broker default `log.flush.acks.all`): DescribeConfigs lists it beside Kafka's.
+/// (broker default `log.flush.acks.all`; listed beside Kafka's only where set, see [`listed`]).
 pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ("cleanup.policy", def!(Some("log.cleanup.policy"), "delete", Kind::ListOf(&["delete", "compact"]), LIST)),
     ("compression.gzip.level", def!(Some("compression.gzip.level"), "-1", Kind::Int { min: -1 }, INT)),
