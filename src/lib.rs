@@ -25,3 +25,4 @@ pub mod metrics;
 pub mod network;
 pub mod protocol;
 pub mod replication;
+pub mod runtime;

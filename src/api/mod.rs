@@ -72,16 +72,7 @@ pub fn frame_response<R: Encodable + HeaderVersion>(correlation_id: i32, version
     Ok(buf)
 }
 
-/// Runs `f` on tokio's blocking pool and waits for it. For broker operations that fsync
-/// (creating topics and partitions): under heavy writeback an fsync can take seconds, and on a
-/// runtime thread it would stall every connection that thread serves. A panic in `f` is
-/// raised again here, as if `f` had run inline.
-pub(crate) async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(v) => v,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
-}
+pub(crate) use crate::runtime::off_runtime;
 
 /// Makes a kafka-protocol string.
 pub fn str_bytes(s: &str) -> StrBytes {

@@ -249,11 +249,7 @@ impl Partition {
             }
             let _turn = SyncTurn(self);
             let point = self.state.lock().log.sync_point()?;
-            let synced = match tokio::task::spawn_blocking(move || point.run()).await {
-                Ok(r) => r,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
-            };
-            match synced {
+            match crate::runtime::off_runtime(move || point.run()).await {
                 Ok(end) => {
                     self.synced_offset.fetch_max(end, Ordering::AcqRel);
                 }
@@ -733,9 +729,15 @@ mod tests {
         }
     }
 
-    fn open_gated(dir: &Path, gate: &Arc<SyncGate>) -> Arc<Partition> {
-        let log = PartitionLog::open(dir, LogConfig::default(), Arc::new(GatedBackend(Arc::clone(gate)))).unwrap();
-        Arc::new(Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap())
+    /// Opens a partition in `dir` on a gated backend (gate open while it opens); also returns
+    /// the fsyncs counted so far.
+    fn open_gated(dir: &Path) -> (Arc<Partition>, Arc<SyncGate>, usize) {
+        let gate = Arc::new(SyncGate::default());
+        set_gate(&gate, true);
+        let log = PartitionLog::open(dir, LogConfig::default(), Arc::new(GatedBackend(Arc::clone(&gate)))).unwrap();
+        let p = Arc::new(Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap());
+        let base = gate.syncs.load(Ordering::SeqCst);
+        (p, gate, base)
     }
 
     fn set_gate(gate: &SyncGate, open: bool) {
@@ -746,10 +748,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_made_during_an_fsync_share_the_next_one() {
         let dir = tempfile::tempdir().unwrap();
-        let gate = Arc::new(SyncGate::default());
-        set_gate(&gate, true);
-        let p = open_gated(dir.path(), &gate);
-        let base = gate.syncs.load(Ordering::SeqCst);
+        let (p, gate, base) = open_gated(dir.path());
         set_gate(&gate, false);
 
         let first = p.append(idempotent_batch(7, 0, 1).into(), 0).unwrap();
@@ -784,9 +783,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_fsync_fails_the_waiters_and_poisons_the_log() {
         let dir = tempfile::tempdir().unwrap();
-        let gate = Arc::new(SyncGate::default());
-        set_gate(&gate, true);
-        let p = open_gated(dir.path(), &gate);
+        let (p, gate, _) = open_gated(dir.path());
         let a = p.append(idempotent_batch(7, 0, 1).into(), 0).unwrap();
         gate.fail.store(true, Ordering::SeqCst);
         let e = p.sync_to(a.next_offset).await.unwrap_err();
