@@ -160,6 +160,10 @@ def main():
         L.append(f"| CPU to write into the page cache, dd {CFG['dd_mib']} MiB buffered without sync on the broker CPUs, at start / end of the run "
                  f"(the floor of broker CPU per GiB produced) | {fmt(C.get('page_cache_write_cpu_s_per_gib_start'), 2)} / "
                  f"{fmt(C.get('page_cache_write_cpu_s_per_gib_end'), 2)} CPU s/GiB |")
+    if C.get("dd_direct_cpu_s_per_gib") is not None:
+        L.append(f"| CPU to write with O_DIRECT (the page cache bypassed): the dd oflag=direct run above, on the broker CPUs "
+                 f"(what a broker writing its log with direct I/O would pay instead of the floor above) | "
+                 f"{fmt(C.get('dd_direct_cpu_s_per_gib'), 2)} CPU s/GiB |")
     L.append(f"| fdatasync after 4 KiB append, p50 / p99 | {fmt(C.get('fdatasync_p50_ms'), 2)} / {fmt(C.get('fdatasync_p99_ms'), 2)} ms |")
     L.append(f"| loopback TCP ({C.get('tcp_tool', 'n/a')}, server on broker CPUs, client on client CPUs) | {fmt(C.get('tcp_loopback_mibps'))} MiB/s |")
     L.append("")
