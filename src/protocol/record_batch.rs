@@ -198,8 +198,27 @@ impl BatchHeader {
     }
 }
 
+/// CRC-32C (Castagnoli) of `parts` concatenated: what batches and producer snapshots carry.
+///
+/// Computed with `crc-fast` rather than the `crc32c` crate (which the vendored kafka-protocol
+/// crate still uses for the batches it encodes): `crc32c` runs the CRC32 instruction alone, which
+/// on the bench machine's CPU (AMD Zen, one CRC32 every three cycles) gives 5.1 GiB/s over 1 MiB;
+/// `crc-fast` interleaves it with carry-less multiplication and gives 7.0 GiB/s. Checking the CRC
+/// of every produced batch was a fifth of the broker's CPU per GiB produced once the page cache was
+/// warm (perf, rdkbench acks=all, 16 partitions).
+pub fn crc32c(parts: &[&[u8]]) -> u32 {
+    if let [one] = parts {
+        return crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, one) as u32;
+    }
+    let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    for part in parts {
+        digest.update(part);
+    }
+    digest.finalize() as u32
+}
+
 fn compute_crc(batch: &[u8]) -> u32 {
-    crc32c::crc32c(&batch[CRC_START..])
+    crc32c(&[&batch[CRC_START..]])
 }
 
 /// True when `batch` (exactly one whole batch) carries a correct CRC-32C.
@@ -238,7 +257,7 @@ pub fn set_log_append_time(header: &mut [u8], body: &[u8], timestamp: i64) {
     let attributes = be_i16(header, ATTRIBUTES_POS) | TIMESTAMP_TYPE_BIT;
     header[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attributes.to_be_bytes());
     header[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&timestamp.to_be_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[CRC_START..]), body);
+    let crc = crc32c(&[&header[CRC_START..], body]);
     header[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
@@ -764,6 +783,20 @@ mod tests {
         assert_eq!(h.base_timestamp, 5);
         assert!(h.is_log_append_time());
         assert_eq!(find_offset_for_timestamp(&b, 50).unwrap(), Some((42, 99)));
+    }
+
+    #[test]
+    fn crc32c_is_castagnoli_whole_or_in_parts() {
+        // The CRC-32C check value of the CRC catalogue, and iSCSI's 32 zero bytes (RFC 3720).
+        assert_eq!(crc32c(&[b"123456789"]), 0xE306_9283);
+        assert_eq!(crc32c(&[&[0u8; 32]]), 0x8A91_36AA);
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let whole = crc32c(&[&data]);
+        for cut in [0, 1, 61, 4096, 99_999, 100_000] {
+            let (a, b) = data.split_at(cut);
+            assert_eq!(crc32c(&[a, b]), whole, "cut at {cut}");
+        }
+        assert_eq!(crc32c(&[]), 0);
     }
 
     #[test]

@@ -496,7 +496,7 @@ mod tests {
 
     /// `b` with its CRC recomputed after a header edit.
     fn reseal(mut b: Vec<u8>) -> Vec<u8> {
-        let crc = crc32c::crc32c(&b[CRC_START..]);
+        let crc = crate::protocol::record_batch::crc32c(&[&b[CRC_START..]]);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b
     }

@@ -174,7 +174,7 @@ impl ProducerStateTable {
             out.extend_from_slice(&(-1i32).to_be_bytes()); // coordinator epoch: no transactions
             out.extend_from_slice(&(-1i64).to_be_bytes()); // current transaction's first offset
         }
-        let crc = crc32c::crc32c(&out[6..]);
+        let crc = crate::protocol::record_batch::crc32c(&[&out[6..]]);
         out[2..6].copy_from_slice(&crc.to_be_bytes());
         out
     }
@@ -190,7 +190,7 @@ impl ProducerStateTable {
             return Err(format!("version {version}, expected {SNAPSHOT_VERSION}"));
         }
         let crc = u32::from_be_bytes([b[2], b[3], b[4], b[5]]);
-        if crc32c::crc32c(&b[6..]) != crc {
+        if crate::protocol::record_batch::crc32c(&[&b[6..]]) != crc {
             return Err("CRC mismatch".into());
         }
         let count = i32::from_be_bytes([b[6], b[7], b[8], b[9]]);
