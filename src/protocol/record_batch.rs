@@ -204,8 +204,8 @@ impl BatchHeader {
 /// crate still uses for the batches it encodes): `crc32c` runs the CRC32 instruction alone, which
 /// on the bench machine's CPU (AMD Zen, one CRC32 every three cycles) gives 5.1 GiB/s over 1 MiB;
 /// `crc-fast` interleaves it with carry-less multiplication and gives 7.0 GiB/s. Checking the CRC
-/// of every produced batch was a fifth of the broker's CPU per GiB produced once the page cache was
-/// warm (perf, rdkbench acks=all, 16 partitions).
+/// of every produced batch was a fifth of the broker's CPU per GiB produced with a full page cache,
+/// where new pages are cheap (perf, rdkbench acks=all, 16 partitions).
 pub fn crc32c(parts: &[&[u8]]) -> u32 {
     if let [one] = parts {
         return crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, one) as u32;
