@@ -196,7 +196,8 @@ static int do_consume(void) {
 static volatile int lat_ready, lat_stop;
 static int64_t *lat_ns;
 static long long lat_n, lat_cap, lat_recv;
-static int64_t warm_until_ns;
+/* No sample counts until the producer has set this (records already in the topic are skipped). */
+static volatile int64_t warm_until_ns = INT64_MAX;
 
 static void *lat_consumer(void *arg) {
   rd_kafka_queue_t *q = arg;
@@ -205,7 +206,7 @@ static void *lat_consumer(void *arg) {
     if (!m) continue;
     int64_t t = now_ns();
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) lat_ready = 1;
-    else if (!m->err && m->len >= 8) {
+    else if (!m->err && m->len >= 8 && lat_ready) { /* after EOF: records of this run only */
       int64_t sent;
       memcpy(&sent, m->payload, 8);
       lat_recv++;
