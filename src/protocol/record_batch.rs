@@ -221,6 +221,15 @@ fn compute_crc(batch: &[u8]) -> u32 {
     crc32c(&[&batch[CRC_START..]])
 }
 
+/// Recomputes and stores the CRC of `batch` (exactly one whole batch) after an edit of the
+/// bytes it covers. No-op on a buffer shorter than a header.
+pub fn reseal(batch: &mut [u8]) {
+    if batch.len() >= BATCH_HEADER_LEN {
+        let crc = compute_crc(batch);
+        batch[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+    }
+}
+
 /// True when `batch` (exactly one whole batch) carries a correct CRC-32C.
 pub fn crc_is_valid(batch: &[u8]) -> bool {
     if batch.len() < BATCH_HEADER_LEN {
@@ -694,8 +703,7 @@ pub fn encode_uncompressed_batch(records: &[SimpleRecord<'_>]) -> Vec<u8> {
     out.extend_from_slice(&(-1i32).to_be_bytes());
     out.extend_from_slice(&(records.len() as i32).to_be_bytes());
     out.extend_from_slice(&body);
-    let crc = compute_crc(&out);
-    out[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+    reseal(&mut out);
     out
 }
 
@@ -858,8 +866,7 @@ mod tests {
         );
         let mut b = batch(2, 0);
         b[23..27].copy_from_slice(&5i32.to_be_bytes());
-        let crc = compute_crc(&b);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        reseal(&mut b);
         assert!(matches!(
             validate_produce_records(&b, 1 << 20),
             Err(ProduceValidationError::InvalidRecord(_))
@@ -880,8 +887,7 @@ mod tests {
     fn record_walk_rejects_lengths_past_the_batch() {
         let mut b = batch(1, 0);
         b[BATCH_HEADER_LEN] = 0x7e; // record length 63, far past the end
-        let crc = compute_crc(&b);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        reseal(&mut b);
         assert!(find_offset_for_timestamp(&b, 0).is_err());
     }
 

@@ -480,7 +480,7 @@ mod tests {
     use super::*;
     use crate::log::io::StdBackend;
     use crate::log::IoBackend;
-    use crate::protocol::record_batch::{encode_uncompressed_batch, SimpleRecord, CRC_START};
+    use crate::protocol::record_batch::{encode_uncompressed_batch, reseal, SimpleRecord};
 
     /// An uncompressed batch of `n` ~600-byte records from `producer_id` (epoch 0) at `seq`.
     fn idempotent_batch(producer_id: i64, seq: i32, n: usize) -> Vec<u8> {
@@ -491,13 +491,7 @@ mod tests {
         b[43..51].copy_from_slice(&producer_id.to_be_bytes());
         b[51..53].copy_from_slice(&0i16.to_be_bytes());
         b[53..57].copy_from_slice(&seq.to_be_bytes());
-        reseal(b)
-    }
-
-    /// `b` with its CRC recomputed after a header edit.
-    fn reseal(mut b: Vec<u8>) -> Vec<u8> {
-        let crc = crate::protocol::record_batch::crc32c(&[&b[CRC_START..]]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        reseal(&mut b);
         b
     }
 
@@ -543,7 +537,8 @@ mod tests {
     /// `b` with its producer epoch set.
     fn with_epoch(mut b: Vec<u8>, epoch: i16) -> Vec<u8> {
         b[51..53].copy_from_slice(&epoch.to_be_bytes());
-        reseal(b)
+        reseal(&mut b);
+        b
     }
 
     #[test]
@@ -662,7 +657,8 @@ mod tests {
         p.append(idempotent_batch(9, 0, 2).into(), 0).unwrap();
         let mut late = idempotent_batch(9, 2, 1);
         late[35..43].copy_from_slice(&(DAY_MS + 1_000).to_be_bytes()); // max timestamp
-        p.append(reseal(late).into(), 0).unwrap();
+        reseal(&mut late);
+        p.append(late.into(), 0).unwrap();
         assert!(p.segment_count() > 2);
         drop(p);
 
