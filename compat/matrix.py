@@ -65,6 +65,7 @@ def main():
     ap.add_argument("--wall", default="?")
     ap.add_argument("--write")
     ap.add_argument("--matrix")
+    ap.add_argument("--err-dir", help="directory of <client>.<scenario>.err files, shown for unexpected results")
     a = ap.parse_args()
     rows = stable(load(a.results))
     expected = load_expected(a.expected)
@@ -89,6 +90,16 @@ def main():
                 f.write("\t".join([r["client"], r["scenario"], r["status"], r["detail"], r["secs"]]) + "\n")
     if a.matrix:
         write_matrix(a.matrix, os.path.dirname(a.write or a.results), expected)
+    # CI logs are often read from the end: repeat each unexpected result last, with the end of
+    # what the scenario printed to stderr.
+    for r, v in bad:
+        print("\nUNEXPECTED %s %s/%s on %s: %s" % (v, r["client"], r["scenario"], a.target, r["detail"][:500]))
+        err = os.path.join(a.err_dir or "", "%s.%s.err" % (r["client"], r["scenario"]))
+        if a.err_dir and os.path.exists(err):
+            tail = open(err, encoding="utf-8", errors="replace").read().splitlines()[-25:]
+            print("  stderr (last %d lines):" % len(tail))
+            for line in tail:
+                print("  | " + line[:300])
     print("%d unexpected results" % len(bad))
     sys.exit(1 if bad else 0)
 

@@ -128,7 +128,7 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-compat.XXXXXX")"
 BROKER_PID="" KREF_DIR=""
 cleanup() {
   if [[ -n "$BROKER_PID" ]]; then kill "$BROKER_PID" 2>/dev/null; wait "$BROKER_PID" 2>/dev/null; fi
-  if [[ -n "$KREF_DIR" ]]; then "$ROOT/compat/kafka/kafka-ref.sh" stop --dir "$KREF_DIR" >/dev/null 2>&1; fi
+  if [[ -n "$KREF_DIR" ]]; then "$ROOT/compat/kafka/kafka-ref.sh" stop --dir "$KREF_DIR" --state-dir "$TMP/kafka-state" >/dev/null 2>&1; fi
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -205,6 +205,16 @@ done
 for p in "${PIDS[@]}"; do wait "$p"; done
 cat "$RES"/*.tsv >"$TMP/all.tsv" 2>/dev/null
 WALL=$((SECONDS - START))
-MARGS=(--target "$TARGET" --results "$TMP/all.tsv" --expected "$HERE/expected-failures.txt" --wall "$WALL")
+MARGS=(--target "$TARGET" --results "$TMP/all.tsv" --expected "$HERE/expected-failures.txt" --wall "$WALL" --err-dir "$RES")
 (( WRITE )) && MARGS+=(--write "$HERE/results/$TARGET.tsv" --matrix "$HERE/MATRIX.md")
-python3 "$HERE/matrix.py" "${MARGS[@]}"
+python3 "$HERE/matrix.py" "${MARGS[@]}" | tee "$TMP/matrix.out"
+rc=${PIPESTATUS[0]}
+if (( rc != 0 )); then
+  # The broker's own log, for the unexpected results above (Kafka's: its warnings and errors).
+  if [[ -f "$TMP/sluice.log" ]]; then echo; echo "== last 40 lines of the sluice log"; tail -n 40 "$TMP/sluice.log"; fi
+  if [[ -f "$TMP/kafka-state/server.log" ]]; then
+    echo; echo "== last 30 WARN/ERROR lines of Kafka's server.log"; grep -E "WARN|ERROR" "$TMP/kafka-state/server.log" | tail -n 30
+  fi
+  echo; grep "^UNEXPECTED" "$TMP/matrix.out"
+fi
+exit "$rc"

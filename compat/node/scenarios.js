@@ -15,6 +15,19 @@ function check (cond, what) { if (!cond) throw new Error(what) }
 const topicName = s => `compat-kafkajs-${s}-${RUN}`
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
+// read() until ok(result), for at most 10 s: Apache Kafka's brokers apply a change the
+// controller has committed (configs, partitions) to their metadata shortly after the admin
+// request is answered, so a describe right after a change may still see the old state.
+async function settled (read, ok, what) {
+  const deadline = Date.now() + 10000
+  for (;;) {
+    const got = await read()
+    if (ok(got)) return got
+    check(Date.now() < deadline, `${what}: ${JSON.stringify(got).slice(0, 400)}`)
+    await sleep(200)
+  }
+}
+
 function kafka () {
   return new Kafka({ clientId: 'compat-kafkajs', brokers: [bootstrap], logLevel: logLevel.NOTHING, requestTimeout: 15000, retry: { retries: 3 } })
 }
@@ -223,19 +236,12 @@ async function adminOps () {
     }
     check((await cfg())['retention.ms'] === '3600000', 'retention.ms not 3600000')
     await admin.alterConfigs({ validateOnly: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: t, configEntries: [{ name: 'retention.ms', value: '7200000' }] }] })
-    check((await cfg())['retention.ms'] === '7200000', 'retention.ms not 7200000 after alterConfigs')
+    await settled(cfg, c => c['retention.ms'] === '7200000', 'retention.ms not 7200000 after alterConfigs')
     const cl = await admin.describeCluster()
     check(cl.brokers.length === 1 && cl.clusterId, `describeCluster ${JSON.stringify(cl)}`)
     await admin.createPartitions({ topicPartitions: [{ topic: t, count: 3 }] })
-    // Kafka's brokers learn of the new partitions from the metadata log shortly after the
-    // controller answers, so wait for them as the other clients' scenarios do.
-    const grown = Date.now() + 15000
-    for (;;) {
-      const n = (await admin.fetchTopicMetadata({ topics: [t] })).topics[0].partitions.length
-      if (n === 3) break
-      check(Date.now() < grown, `partitions after createPartitions: ${n}`)
-      await sleep(200)
-    }
+    await settled(async () => (await admin.fetchTopicMetadata({ topics: [t] })).topics[0].partitions.length, n => n === 3,
+      'partitions after createPartitions')
     await producer.connect()
     const recs = await produce(producer, t, makeRecords(1, 10))
     const byTs = await admin.fetchTopicOffsetsByTimestamp(t, Number(recs[5].timestamp))

@@ -41,6 +41,19 @@ def tool(name, *args, stdin=None, ok=True, timeout=60):
     return p.stdout
 
 
+def settled(read, ok, what, secs=10):
+    """read() until ok(result): a broker may answer a describe from metadata that a change just
+    made has not reached yet (Apache Kafka applies controller records to its brokers'
+    metadata asynchronously), so a check right after a change waits for it, within a bound."""
+    deadline = time.time() + secs
+    while True:
+        got = read()
+        if ok(got):
+            return got
+        check(time.time() < deadline, "%s: %r" % (what, got[:400] if isinstance(got, str) else got))
+        time.sleep(0.2)
+
+
 def topic(s):
     return "compat-tools-%s-%s" % (s, RUN)
 
@@ -99,8 +112,8 @@ def s_topics():
     out = tool("kafka-topics", "--bootstrap-server", BS, "--create", "--topic", t, "--partitions", "1", ok=False)
     check("already exists" in out or True, "")
     tool("kafka-topics", "--bootstrap-server", BS, "--alter", "--topic", t, "--partitions", "3")
-    d = tool("kafka-topics", "--bootstrap-server", BS, "--describe", "--topic", t)
-    check("PartitionCount: 3" in d, "after --alter: %r" % d[:300])
+    settled(lambda: tool("kafka-topics", "--bootstrap-server", BS, "--describe", "--topic", t),
+            lambda d: "PartitionCount: 3" in d, "after --alter")
     tool("kafka-topics", "--bootstrap-server", BS, "--delete", "--topic", t)
     deadline = time.time() + 15
     while t in tool("kafka-topics", "--bootstrap-server", BS, "--list").split():
@@ -166,22 +179,22 @@ def s_consumer_groups():
 def s_configs():
     t = topic("cfg")
     create(t, 1)
+
+    def describe(entity, name, *extra):
+        return lambda: tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", entity, "--entity-name", name, "--describe", *extra)
+
     tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--alter", "--add-config", "retention.ms=7200000,cleanup.policy=compact")
-    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--describe")
-    check("retention.ms=7200000" in d and "cleanup.policy=compact" in d, "topic --describe: %r" % d)
+    settled(describe("topics", t), lambda d: "retention.ms=7200000" in d and "cleanup.policy=compact" in d, "topic --describe")
     tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--alter", "--delete-config", "retention.ms")
-    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--describe")
-    check("retention.ms" not in d and "cleanup.policy=compact" in d, "after --delete-config: %r" % d)
-    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "topics", "--entity-name", t, "--describe", "--all")
+    settled(describe("topics", t), lambda d: "retention.ms" not in d and "cleanup.policy=compact" in d, "after --delete-config")
+    d = describe("topics", t, "--all")()
     check("retention.ms=604800000" in d and "segment.bytes=" in d, "topic --describe --all: %r" % d[:400])
-    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--describe", "--all")
+    d = describe("brokers", "1", "--all")()
     check("num.partitions=" in d and "log.retention.hours=" in d, "broker --describe --all: %r" % d[:400])
     tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--alter", "--add-config", "log.retention.ms=604800001")
-    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--describe")
-    check("log.retention.ms=604800001" in d, "broker --describe after --alter: %r" % d)
+    settled(describe("brokers", "1"), lambda d: "log.retention.ms=604800001" in d, "broker --describe after --alter")
     tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--alter", "--delete-config", "log.retention.ms")
-    d = tool("kafka-configs", "--bootstrap-server", BS, "--entity-type", "brokers", "--entity-name", "1", "--describe")
-    check("log.retention.ms=604800001" not in d, "broker config still set after --delete-config: %r" % d)
+    settled(describe("brokers", "1"), lambda d: "log.retention.ms=604800001" not in d, "broker config still set after --delete-config")
     return "topic alter/describe/delete-config/--all, broker describe --all, alter/delete-config log.retention.ms"
 
 

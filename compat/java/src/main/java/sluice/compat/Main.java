@@ -379,6 +379,21 @@ public class Main {
         return "createTopics(+exists,+validateOnly) listTopics describeTopics(name,id,missing) createPartitions(2->4, 4->3 rejected) deleteTopics";
     }
 
+    /**
+     * Describes {@code res} until {@code ok} holds, for at most 10 s. A broker may answer from
+     * metadata that a change just made has not reached yet (Apache Kafka applies controller
+     * records to its brokers asynchronously), so a check right after a change waits for it.
+     */
+    static Config settledConfig(Admin admin, ConfigResource res, java.util.function.Predicate<Config> ok, String what) throws Exception {
+        long deadline = System.currentTimeMillis() + 10000;
+        while (true) {
+            Config c = admin.describeConfigs(List.of(res)).all().get(20, TimeUnit.SECONDS).get(res);
+            if (ok.test(c)) return c;
+            if (System.currentTimeMillis() > deadline) throw new AssertionError(what + ": " + c);
+            Thread.sleep(200);
+        }
+    }
+
     static String adminConfigs() throws Exception {
         String t = topic("ac");
         try (Admin admin = admin()) {
@@ -394,13 +409,12 @@ public class Main {
             admin.incrementalAlterConfigs(Map.of(res, List.of(
                     new AlterConfigOp(new ConfigEntry("retention.ms", "7200000"), AlterConfigOp.OpType.SET),
                     new AlterConfigOp(new ConfigEntry("segment.bytes", "1048576"), AlterConfigOp.OpType.SET)))).all().get(20, TimeUnit.SECONDS);
-            c = admin.describeConfigs(List.of(res)).all().get(20, TimeUnit.SECONDS).get(res);
-            check(c.get("retention.ms").value().equals("7200000"), "after SET retention.ms=" + c.get("retention.ms").value());
+            c = settledConfig(admin, res, x -> x.get("retention.ms").value().equals("7200000"), "after SET retention.ms");
             check(c.get("segment.bytes").value().equals("1048576"), "after SET segment.bytes=" + c.get("segment.bytes").value());
 
             admin.incrementalAlterConfigs(Map.of(res, List.of(
                     new AlterConfigOp(new ConfigEntry("retention.ms", ""), AlterConfigOp.OpType.DELETE)))).all().get(20, TimeUnit.SECONDS);
-            c = admin.describeConfigs(List.of(res)).all().get(20, TimeUnit.SECONDS).get(res);
+            c = settledConfig(admin, res, x -> x.get("retention.ms").source() == ConfigEntry.ConfigSource.DEFAULT_CONFIG, "after DELETE retention.ms");
             e = c.get("retention.ms");
             check(e.value().equals("604800000") && e.source() == ConfigEntry.ConfigSource.DEFAULT_CONFIG, "after DELETE retention.ms " + e);
 
