@@ -175,7 +175,8 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
                 let acks = req.acks;
                 let written = produce::append(&ctx, req);
                 if acks == 0 {
-                    // acks=0 never waits for an fsync (only acks=all does).
+                    // acks=0 waits only for an fsync due by flush.messages / flush.ms, on the
+                    // blocking pool; a failure closes the connection like any other.
                     match produce::first_error(&written.finish().await) {
                         Some(code) => Dispatch::Close(format!("acks=0 produce failed with error code {code}")),
                         None => Dispatch::Silent,

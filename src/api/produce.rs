@@ -5,7 +5,10 @@
 //! Kafka does); acks=1 and acks=-1 answer after the append. On one node the ISR is this broker,
 //! so acks=all is satisfied as soon as the leader has appended; with `flush.acks.all`, only
 //! once the appended batches are fsynced too ([`Partition::sync_to`], the partitions of one
-//! request in parallel). A failed fsync answers KAFKA_STORAGE_ERROR for that partition.
+//! request in parallel). An append that reaches `flush.messages` or `flush.ms` waits for the
+//! same fsync whatever its acks, as Kafka flushes inside such an append before answering; the
+//! fsync runs on the blocking pool, not on the connection's worker. A failed fsync answers
+//! KAFKA_STORAGE_ERROR for that partition.
 //!
 //! [`append`] does the appends, in request order, and returns what is left to wait for;
 //! [`Written::finish`] waits. The connection runs the wait as a task of its own and goes on
@@ -57,8 +60,9 @@ impl Written {
         self.to_sync.is_empty()
     }
 
-    /// The response, once every partition written under `flush.acks.all` is fsynced; a
-    /// partition whose fsync failed answers KAFKA_STORAGE_ERROR.
+    /// The response, once every partition that waits for an fsync (`flush.acks.all`,
+    /// `flush.messages`, `flush.ms`) has it; a partition whose fsync failed answers
+    /// KAFKA_STORAGE_ERROR.
     pub async fn finish(self) -> ProduceResponse {
         let Written { mut response, to_sync } = self;
         let synced = futures::future::join_all(to_sync.iter().map(|(_, _, p, end)| p.sync_to(*end))).await;
@@ -101,7 +105,7 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let partition = topic.as_ref().and_then(|t| t.partition(pd.index).cloned());
-            let synced = partition.clone().filter(|p| sync && p.flush_acks_all());
+            let for_sync = partition.clone();
             let result = if !acks_valid {
                 Err((ResponseError::InvalidRequiredAcks, String::new()))
             } else if transactional {
@@ -124,7 +128,7 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                         .with_base_offset(a.base_offset)
                         .with_log_append_time_ms(a.log_append_time)
                         .with_log_start_offset(a.log_start_offset);
-                    if let Some(p) = synced {
+                    if let Some(p) = for_sync.filter(|p| a.flush_due || (sync && p.flush_acks_all())) {
                         to_sync.push((responses.len(), partition_responses.len(), p, a.next_offset));
                     }
                 }

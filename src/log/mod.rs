@@ -31,8 +31,11 @@
 //!   and every position points at a batch boundary inside the `.log` file.
 //!
 //! # Durability and recovery
-//! Appends go to the page cache; `flush` (driven by `flush.messages`/`flush.ms`, roll and clean
-//! shutdown) fdatasyncs the `.log` and the indexes. A failed write or fsync poisons the
+//! Appends go to the page cache and never fsync: the append that reaches `flush.messages` /
+//! `flush.ms` is marked `flush_due`, and its caller fdatasyncs the `.log` through a
+//! [`SyncPoint`](partition::SyncPoint) without the partition lock. A roll flushes the old segment
+//! in the background (`flush.rs`); `flush` (clean shutdown's fallback) fdatasyncs the `.log` and
+//! the indexes. A failed write or fsync poisons the
 //! [`PartitionLog`]: further appends fail with [`LogError::Poisoned`] until it is reopened and
 //! recovered. On open the active segment is scanned batch by batch (length, CRC, offsets); the
 //! first bad byte and everything after it is truncated with a `warn!` naming the file, position

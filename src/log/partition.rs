@@ -59,6 +59,10 @@ pub struct AppendInfo {
     pub record_count: u64,
     pub batch_count: u32,
     pub bytes: usize,
+    /// `flush.messages` or `flush.ms` is reached with this append: the caller makes the log
+    /// durable up to it ([`PartitionLog::sync_point`]) before acknowledging it. The log itself
+    /// never fsyncs in an append, which runs under the partition lock on an async worker.
+    pub flush_due: bool,
 }
 
 /// Whole batches returned by [`PartitionLog::read`].
@@ -339,7 +343,7 @@ impl PartitionLog {
             let r = self.epochs.assign(leader_epoch, base_offset);
             self.poison_on_err(r)?;
         }
-        self.after_append(record_count, now_ms)?;
+        let flush_due = self.after_append(record_count, now_ms);
         Ok(AppendInfo {
             base_offset,
             last_offset,
@@ -348,6 +352,7 @@ impl PartitionLog {
             record_count,
             batch_count: batches.len() as u32,
             bytes: records.len(),
+            flush_due,
         })
     }
 
@@ -399,7 +404,7 @@ impl PartitionLog {
                 self.poison_on_err(r)?;
             }
         }
-        self.after_append(record_count, now)?;
+        let flush_due = self.after_append(record_count, now);
         Ok(AppendInfo {
             base_offset: first.base_offset,
             last_offset: last.last_offset(),
@@ -408,6 +413,7 @@ impl PartitionLog {
             record_count,
             batch_count: batches.len() as u32,
             bytes: len,
+            flush_due,
         })
     }
 
@@ -497,14 +503,18 @@ impl PartitionLog {
         }
     }
 
-    fn after_append(&mut self, records: u64, now_ms: i64) -> Result<(), LogError> {
+    /// Counts an append towards `flush.messages` / `flush.ms`; true when it reaches one of
+    /// them, and the count starts over. The fsync itself is the caller's (see
+    /// [`AppendInfo::flush_due`]).
+    fn after_append(&mut self, records: u64, now_ms: i64) -> bool {
         self.unflushed_messages = self.unflushed_messages.saturating_add(records);
-        if self.unflushed_messages >= self.config.flush_interval_messages
-            || now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms
-        {
-            self.flush_at(now_ms)?;
+        let due = self.unflushed_messages >= self.config.flush_interval_messages
+            || now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_interval_ms;
+        if due {
+            self.unflushed_messages = 0;
+            self.last_flush_ms = now_ms;
         }
-        Ok(())
+        due
     }
 
     /// Index of the segment that would hold `offset` (last with base <= offset).

@@ -659,17 +659,34 @@ fn failed_write_or_fsync_poisons_the_log_until_reopen() {
 }
 
 #[test]
-fn flush_messages_setting_triggers_fsync_after_enough_records() {
+fn flush_messages_marks_the_append_that_reaches_it_without_fsyncing_inline() {
     let faults = Faults::default();
     let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
     let dir = tempfile::tempdir().unwrap();
     let cfg = LogConfig { flush_interval_messages: 3, ..LogConfig::default() };
     let mut log = open(dir.path(), cfg, &io);
+    // Any fsync in an append would fail and poison the log.
     Faults::set(&faults.sync, true);
-    log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0).unwrap(); // 2 < 3: no fsync
-    // 4 >= 3 records: the write succeeds and the fsync it triggers fails, proving it ran.
-    assert!(matches!(log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0), Err(LogError::Io { op: "fsync", .. })));
-    assert!(log.is_poisoned());
+    let due: Vec<bool> = [2, 2, 1, 1, 1, 5].iter().map(|&n| log.append_as_leader(batch_with(n, 0, 10).into(), 0, 0).unwrap().flush_due).collect();
+    // Records so far: 2 | 4 (due, count starts over) | 1 | 2 | 3 (due) | 5 (due).
+    assert_eq!(due, [false, true, false, false, true, true]);
+    assert!(!log.is_poisoned(), "the appends themselves never fsynced");
+    // The caller's fsync is the one that runs (and here fails).
+    let point = log.sync_point().unwrap();
+    assert!(matches!(point.run(), Err(LogError::Io { op: "fsync", .. })));
+}
+
+#[test]
+fn flush_ms_marks_the_first_append_after_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let io: Arc<dyn IoBackend> = Arc::new(crate::log::io::StdBackend);
+    let cfg = LogConfig { flush_interval_ms: 1_000, ..LogConfig::default() };
+    let mut log = open(dir.path(), cfg, &io);
+    let mut due = |now_ms| log.append_as_leader(batch_with(1, 0, 10).into(), 0, now_ms).unwrap().flush_due;
+    // The interval counts from the log's opening (wall clock, after time 0), then from the
+    // append that was due.
+    let t = i64::MAX / 2;
+    assert_eq!([due(0), due(t), due(t + 999), due(t + 1_000)], [false, true, false, true]);
 }
 
 #[test]

@@ -49,6 +49,9 @@ pub struct Appended {
     /// The log end offset right after this append (for a duplicate: the current one), which
     /// [`Partition::sync_to`] waits for under `flush.acks.all`.
     pub next_offset: i64,
+    /// `flush.messages` or `flush.ms` was reached: the append is acknowledged after
+    /// [`Partition::sync_to`] `next_offset`, as under `flush.acks.all`.
+    pub flush_due: bool,
 }
 
 /// Why a produce to one partition was refused; each maps to a Kafka error code.
@@ -186,6 +189,7 @@ impl Partition {
                         records: 0,
                         bytes: 0,
                         next_offset: st.log.log_end_offset(),
+                        flush_due: false,
                     })
                 }
                 SequenceCheck::InvalidProducerEpoch => return Err(AppendError::InvalidProducerEpoch),
@@ -220,6 +224,7 @@ impl Partition {
             records: info.record_count,
             bytes: info.bytes,
             next_offset: leo,
+            flush_due: info.flush_due,
         })
     }
 
@@ -728,9 +733,13 @@ mod tests {
     /// Opens a partition in `dir` on a gated backend (gate open while it opens); also returns
     /// the fsyncs counted so far.
     fn open_gated(dir: &Path) -> (Arc<Partition>, Arc<SyncGate>, usize) {
+        open_gated_with(dir, LogConfig::default())
+    }
+
+    fn open_gated_with(dir: &Path, config: LogConfig) -> (Arc<Partition>, Arc<SyncGate>, usize) {
         let gate = Arc::new(SyncGate::default());
         set_gate(&gate, true);
-        let log = PartitionLog::open(dir, LogConfig::default(), Arc::new(GatedBackend(Arc::clone(&gate)))).unwrap();
+        let log = PartitionLog::open(dir, config, Arc::new(GatedBackend(Arc::clone(&gate)))).unwrap();
         let p = Arc::new(Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap());
         let base = gate.syncs.load(Ordering::SeqCst);
         (p, gate, base)
@@ -774,6 +783,46 @@ mod tests {
         // Everything up to the log end is known to be on disk: no further fsync.
         p.sync_to(4).await.unwrap();
         assert_eq!(gate.syncs.load(Ordering::SeqCst) - base, 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_due_for_flush_messages_returns_before_the_fsync_it_asks_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, gate, base) = open_gated_with(dir.path(), LogConfig { flush_interval_messages: 2, ..LogConfig::default() });
+        set_gate(&gate, false);
+        // On the blocking pool and bounded, so that an append stuck in the held fsync fails the
+        // test instead of hanging it.
+        let append = |seq: i32| {
+            let (p, gate) = (Arc::clone(&p), Arc::clone(&gate));
+            let task = tokio::task::spawn_blocking(move || p.append(idempotent_batch(7, seq, 1).into(), 0).unwrap());
+            async move {
+                match tokio::time::timeout(std::time::Duration::from_secs(10), task).await {
+                    Ok(appended) => appended,
+                    Err(_) => {
+                        set_gate(&gate, true); // lets the stuck thread end with the runtime
+                        panic!("append {seq} waited for the held fsync")
+                    }
+                }
+            }
+        };
+        let first = append(0).await.unwrap();
+        let second = append(1).await.unwrap();
+        assert_eq!((first.flush_due, second.flush_due), (false, true), "the second record reaches flush.messages=2");
+        assert_eq!(gate.syncs.load(Ordering::SeqCst), base, "no append fsyncs by itself");
+        // The acknowledgement waits for the fsync, which the gate holds.
+        let wait = {
+            let p = Arc::clone(&p);
+            tokio::spawn(async move { p.sync_to(second.next_offset).await })
+        };
+        while gate.syncs.load(Ordering::SeqCst) == base {
+            tokio::task::yield_now().await;
+        }
+        // Appends go on while it runs; this one is not due (the count started over).
+        assert!(!append(2).await.unwrap().flush_due);
+        assert!(!wait.is_finished());
+        set_gate(&gate, true);
+        wait.await.unwrap().unwrap();
+        assert_eq!(gate.syncs.load(Ordering::SeqCst) - base, 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
