@@ -434,22 +434,28 @@ def session_main(b, rnd, res, perf_dir):
         res["consume/perftest/p16"] = r
         log(b.name, rnd, "consume/perftest/p16", r)
     if "durable" in wl:
-        # acks=all answered only once the data is fsynced: sluice's flush.acks.all (group commit)
-        # against Kafka's way to the same guarantee, flush.messages=1 (an fsync per append).
-        # A quarter of the produce size, so the log at the kill -9 below grows little.
+        # acks=all answered only once the data is fsynced, two ways:
+        # - "durable": sluice's flush.acks.all against Kafka's way to the same guarantee,
+        #   flush.messages=1 (an fsync per append);
+        # - "durable-fm": flush.messages=1 on both, the setting a Kafka user brings along (sluice
+        #   answers the append after a group-commit fsync, Kafka fsyncs inside each append).
+        # A quarter of the produce size each, so the log at the kill -9 below grows little.
         nd = max(1, n // 4)
-        config = "flush.acks.all=true" if b.name == "sluice" else "flush.messages=1"
-        create_topics([("durable-p16", 16, config)])
-        cpu0 = proc_cpu_s(b.pid)
-        rc, out, err, wall, ccpu = run_client([RDK, "produce", "-b", BOOT, "-t", "durable-p16", "-n", str(nd), "-s", str(size),
-                                               "-X", "acks=all", "-X", "enable.idempotence=true"])
-        cpu = proc_cpu_s(b.pid) - cpu0
-        r = parse_produce("rdk", rc, out, err)
-        r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall, "topic_config": config})
-        if "error" not in r:
-            r["broker_cpu_s_per_gib"] = cpu / (r.get("records", nd) * size / 2**30)
-        res["produce/durable/acks=all/p16"] = r
-        log(b.name, rnd, "produce/durable/acks=all/p16", {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
+        for variant, config in (("durable", "flush.acks.all=true" if b.name == "sluice" else "flush.messages=1"),
+                                ("durable-fm", "flush.messages=1")):
+            topic = f"{variant}-p16"
+            key = f"produce/{variant}/acks=all/p16"
+            create_topics([(topic, 16, config)])
+            cpu0 = proc_cpu_s(b.pid)
+            rc, out, err, wall, ccpu = run_client([RDK, "produce", "-b", BOOT, "-t", topic, "-n", str(nd), "-s", str(size),
+                                                   "-X", "acks=all", "-X", "enable.idempotence=true"])
+            cpu = proc_cpu_s(b.pid) - cpu0
+            r = parse_produce("rdk", rc, out, err)
+            r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall, "topic_config": config})
+            if "error" not in r:
+                r["broker_cpu_s_per_gib"] = cpu / (r.get("records", nd) * size / 2**30)
+            res[key] = r
+            log(b.name, rnd, key, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
     if "latency" in wl:
         create_topics([("lat", 1)])
         sampler.reset()
