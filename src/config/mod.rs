@@ -73,6 +73,9 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
+    /// `socket.send.buffer.bytes`: SO_SNDBUF of accepted connections; `None` (-1) keeps the
+    /// OS default (autotuned).
+    pub socket_send_buffer_bytes: Option<usize>,
     pub io_backend: IoBackendChoice,
     pub fetch_session_cache_slots: usize,
     /// Broker-level defaults for topic configs, keyed by *topic* config name
@@ -132,6 +135,7 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("socket.request.max.bytes", "104857600"),
     ("max.connections", "2147483647"),
     ("max.connections.per.ip", "2147483647"),
+    ("socket.send.buffer.bytes", "102400"),
     ("log.io.backend", "auto"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("metrics.listener", DEFAULT_METRICS_LISTENER),
@@ -150,7 +154,6 @@ const ACCEPTED_KEYS: &[&str] = &[
     "inter.broker.listener.name",
     "num.network.threads",
     "num.io.threads",
-    "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "num.recovery.threads.per.data.dir",
     "offsets.topic.replication.factor",
@@ -279,6 +282,7 @@ impl BrokerConfig {
                 0,
                 i32::MAX as usize,
             )?,
+            socket_send_buffer_bytes: parse_socket_buffer("socket.send.buffer.bytes", &get("socket.send.buffer.bytes"))?,
             io_backend,
             fetch_session_cache_slots: parse_int(
                 "max.incremental.fetch.session.cache.slots",
@@ -355,6 +359,15 @@ where
     match v.parse::<T>() {
         Ok(n) if n >= min && n <= max => Ok(n),
         _ => Err(invalid(key, value, &format!("Value must be an integer in [{min}, {max}]"))),
+    }
+}
+
+/// A socket buffer size as Kafka takes it: -1 for the OS default, else a positive byte count.
+fn parse_socket_buffer(key: &str, value: &str) -> Result<Option<usize>, ConfigError> {
+    match parse_int(key, value, -1i64, i32::MAX as i64)? {
+        -1 => Ok(None),
+        0 => Err(invalid(key, value, "Value must be -1 (the OS default) or a positive number of bytes")),
+        n => Ok(Some(n as usize)),
     }
 }
 
@@ -443,6 +456,17 @@ mod tests {
         assert!(err.contains("log.segment.bytes"), "{err}");
         let err = load(&[("producer.id.expiration.ms", "0")]).err().unwrap().to_string();
         assert!(err.contains("producer.id.expiration.ms") && err.contains('0'), "{err}");
+    }
+
+    #[test]
+    fn socket_send_buffer_follows_kafka_default_and_minus_one_keeps_the_os_default() {
+        assert_eq!(load(&[]).unwrap().config.socket_send_buffer_bytes, Some(102_400));
+        assert_eq!(load(&[("socket.send.buffer.bytes", "-1")]).unwrap().config.socket_send_buffer_bytes, None);
+        assert_eq!(load(&[("socket.send.buffer.bytes", "1048576")]).unwrap().config.socket_send_buffer_bytes, Some(1 << 20));
+        for bad in ["0", "-2", "lots"] {
+            let err = load(&[("socket.send.buffer.bytes", bad)]).err().unwrap().to_string();
+            assert!(err.contains("socket.send.buffer.bytes") && err.contains(bad), "{err}");
+        }
     }
 
     #[test]
