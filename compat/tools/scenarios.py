@@ -115,10 +115,8 @@ def s_topics():
     settled(lambda: tool("kafka-topics", "--bootstrap-server", BS, "--describe", "--topic", t),
             lambda d: "PartitionCount: 3" in d, "after --alter")
     tool("kafka-topics", "--bootstrap-server", BS, "--delete", "--topic", t)
-    deadline = time.time() + 15
-    while t in tool("kafka-topics", "--bootstrap-server", BS, "--list").split():
-        check(time.time() < deadline, "topic still listed after --delete")
-        time.sleep(0.5)
+    settled(lambda: tool("kafka-topics", "--bootstrap-server", BS, "--list").split(), lambda names: t not in names,
+            "topic still listed after --delete", secs=15)
     return "create(--config) list describe alter(--partitions 3) delete"
 
 

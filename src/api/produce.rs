@@ -105,12 +105,11 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let partition = topic.as_ref().and_then(|t| t.partition(pd.index).cloned());
-            let for_sync = partition.clone();
             let result = if !acks_valid {
                 Err((ResponseError::InvalidRequiredAcks, String::new()))
             } else if transactional {
                 Err((ResponseError::InvalidTxnState, "transactions are not supported yet".to_string()))
-            } else if let Some(p) = partition {
+            } else if let Some(p) = &partition {
                 match pd.records {
                     None => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
                     Some(r) if r.is_empty() => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
@@ -128,7 +127,7 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                         .with_base_offset(a.base_offset)
                         .with_log_append_time_ms(a.log_append_time)
                         .with_log_start_offset(a.log_start_offset);
-                    if let Some(p) = for_sync.filter(|p| a.flush_due || (sync && p.flush_acks_all())) {
+                    if let Some(p) = partition.filter(|p| a.flush_due || (sync && p.flush_acks_all())) {
                         to_sync.push((responses.len(), partition_responses.len(), p, a.next_offset));
                     }
                 }

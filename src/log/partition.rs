@@ -728,16 +728,12 @@ impl PartitionLog {
     /// fsyncs the active segment and its indexes, after waiting for the flush of the last
     /// rolled segment (the ones before it were flushed before it was rolled).
     pub fn flush(&mut self) -> Result<(), LogError> {
-        self.flush_at(wall_clock_ms())
-    }
-
-    fn flush_at(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.check_poisoned()?;
         self.settle_flush()?;
         let r = self.active_mut().sync().and_then(|()| self.epochs.sync());
         self.poison_on_err(r)?;
         self.unflushed_messages = 0;
-        self.last_flush_ms = now_ms;
+        self.last_flush_ms = wall_clock_ms();
         Ok(())
     }
 

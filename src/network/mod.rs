@@ -208,51 +208,24 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
 /// the page cache cost the broker about half the CPU with 102400 as with the autotuned buffer
 /// (loopback delivery in `sendfile`; see ARCHITECTURE.md, "Socket send buffer").
 fn set_send_buffer(stream: &tokio::net::TcpStream, bytes: usize) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: a valid socket fd and a c_int option value of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    socket2::SockRef::from(stream).set_send_buffer_size(bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn send_buffer(stream: &tokio::net::TcpStream) -> libc::c_int {
-        use std::os::fd::AsRawFd;
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: a valid socket fd, and an out-pointer and length for a c_int.
-        let rc = unsafe {
-            libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&mut v as *mut libc::c_int).cast(), &mut len)
-        };
-        assert_eq!(rc, 0);
-        v
-    }
-
     #[tokio::test]
     async fn socket_send_buffer_bytes_sets_so_sndbuf_of_an_accepted_connection() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
+        let send_buffer = || socket2::SockRef::from(&accepted).send_buffer_size().unwrap();
         set_send_buffer(&accepted, 65_536).unwrap();
         // Linux doubles the value asked for, to leave room for its bookkeeping.
-        assert_eq!(send_buffer(&accepted), 2 * 65_536);
+        assert_eq!(send_buffer(), 2 * 65_536);
         // Below net.core.wmem_max's usual 212992, which caps what an unprivileged value gets.
         set_send_buffer(&accepted, 100_000).unwrap();
-        assert_eq!(send_buffer(&accepted), 2 * 100_000);
+        assert_eq!(send_buffer(), 2 * 100_000);
     }
 }
