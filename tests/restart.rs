@@ -109,9 +109,24 @@ fn expected(range: std::ops::Range<usize>) -> Vec<(i64, String, String)> {
     range.map(|i| (i as i64, format!("k{i}"), value(i))).collect()
 }
 
-/// Every restart test runs on each log I/O backend: std, io_uring for every operation, and the
-/// default (io_uring, with appends inline where the filesystem would hand them to a kernel thread).
-const BACKENDS: [&str; 3] = ["log.io.backend=std", "log.io.backend=uring", "log.io.backend=auto"];
+/// Every restart test runs on each log I/O backend: std, io_uring for every operation, the
+/// default (io_uring, with appends inline where the filesystem would hand them to a kernel
+/// thread), and the default with direct-I/O appends.
+const BACKENDS: [&str; 4] = ["log.io.backend=std", "log.io.backend=uring", "log.io.backend=auto", "log.io.direct=true"];
+
+/// Walks the batch lengths of a `.log` file and checks that the last batch ends where the file
+/// does: no zero padding or other bytes after it.
+fn assert_ends_at_last_batch(path: &std::path::Path, what: &str) {
+    let bytes = std::fs::read(path).unwrap();
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        assert!(pos + 12 <= bytes.len(), "{what}: {} ends with {} stray bytes", path.display(), bytes.len() - pos);
+        let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap());
+        assert!(len >= 49, "{what}: {} holds a batch length of {len} at {pos}", path.display());
+        pos += 12 + len as usize;
+    }
+    assert_eq!(pos, bytes.len(), "{what}: {} ends inside a batch", path.display());
+}
 
 #[test]
 fn records_survive_a_clean_restart_across_segments() {
@@ -136,6 +151,9 @@ fn clean_restart_across_segments(backend: &str) {
     // The stop wrote out the index entries held in memory: each ~10 KiB batch of the active
     // segment has one (they wait for 1 KiB of them, or a flush, to be written).
     let data = dir.path().join("data/t-0");
+    for base in segment_bases(&data) {
+        assert_ends_at_last_batch(&data.join(format!("{base:020}.log")), backend);
+    }
     let active = *segment_bases(&data).last().unwrap();
     for (ext, entry) in [("index", 8), ("timeindex", 12)] {
         let len = std::fs::metadata(data.join(format!("{active:020}.{ext}"))).unwrap().len();

@@ -165,7 +165,10 @@ impl Broker {
     /// Formats empty log dirs, then opens every partition directory found.
     pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
         let cluster_id = metadata::load_or_format(&config.log_dirs, config.node_id)?;
-        let io = log::select_backend(config.io_backend).map_err(BrokerError::IoBackend)?;
+        let mut io = log::select_backend(config.io_backend).map_err(BrokerError::IoBackend)?;
+        if config.io_direct {
+            io = Arc::new(log::io::DirectBackend::new(io));
+        }
         for dir in &config.log_dirs {
             io.prepare_dir(dir);
         }

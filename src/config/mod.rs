@@ -77,6 +77,8 @@ pub struct BrokerConfig {
     /// OS default (autotuned).
     pub socket_send_buffer_bytes: Option<usize>,
     pub io_backend: IoBackendChoice,
+    /// `log.io.direct`: appends bypass the page cache (`O_DIRECT`); see `log::io::direct`.
+    pub io_direct: bool,
     pub fetch_session_cache_slots: usize,
     /// Broker-level defaults for topic configs, keyed by *topic* config name
     /// (`retention.ms`, `segment.bytes`, ...), already validated.
@@ -137,6 +139,7 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("max.connections.per.ip", "2147483647"),
     ("socket.send.buffer.bytes", "102400"),
     ("log.io.backend", "auto"),
+    ("log.io.direct", "false"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("metrics.listener", DEFAULT_METRICS_LISTENER),
     ("log.level", "info"),
@@ -284,6 +287,7 @@ impl BrokerConfig {
             )?,
             socket_send_buffer_bytes: parse_socket_buffer("socket.send.buffer.bytes", &get("socket.send.buffer.bytes"))?,
             io_backend,
+            io_direct: parse_bool("log.io.direct", &get("log.io.direct"))?,
             fetch_session_cache_slots: parse_int(
                 "max.incremental.fetch.session.cache.slots",
                 &get("max.incremental.fetch.session.cache.slots"),
@@ -442,6 +446,7 @@ mod tests {
         assert_eq!(c.topic_defaults.get("segment.bytes").unwrap(), "1073741824");
         assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "604800000");
         assert_eq!(c.producer_id_expiration_ms, 86_400_000);
+        assert!(!c.io_direct);
     }
 
     #[test]
@@ -450,6 +455,9 @@ mod tests {
         assert!(err.contains("num.partitions") && err.contains("zero") && err.contains("integer"), "{err}");
         let err = load(&[("log.io.backend", "fast")]).err().unwrap().to_string();
         assert!(err.contains("log.io.backend") && err.contains("auto, uring, std"), "{err}");
+        let err = load(&[("log.io.direct", "yes")]).err().unwrap().to_string();
+        assert!(err.contains("log.io.direct") && err.contains("yes"), "{err}");
+        assert!(load(&[("log.io.direct", "true")]).unwrap().config.io_direct);
         let err = load(&[("listeners", "localhost:9092")]).err().unwrap().to_string();
         assert!(err.contains("listeners") && err.contains("NAME://host:port"), "{err}");
         let err = load(&[("log.segment.bytes", "10")]).err().unwrap().to_string();

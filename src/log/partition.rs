@@ -749,8 +749,9 @@ impl PartitionLog {
         self.poison(e);
     }
 
-    /// Puts what the log holds only in memory (index entries) into its files, without fsync,
-    /// after waiting for a flush in flight. Followed by [`sync_filesystem`] of the log dir,
+    /// Puts what the log holds only in memory (index entries) into its files and ends the active
+    /// segment at its last batch (direct-I/O padding), without fsync, after waiting for a flush
+    /// in flight. Followed by [`sync_filesystem`] of the log dir,
     /// this is [`Self::flush`] for every partition at the price of one filesystem sync (a
     /// clean shutdown).
     ///
@@ -758,7 +759,7 @@ impl PartitionLog {
     pub fn write_out(&mut self) -> Result<(), LogError> {
         self.check_poisoned()?;
         self.settle_flush()?;
-        let r = self.active_mut().write_pending_indexes();
+        let r = self.active_mut().write_pending_indexes().and_then(|()| self.active_mut().seal());
         self.poison_on_err(r)
     }
 

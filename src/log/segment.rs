@@ -579,6 +579,7 @@ impl Segment {
     /// the time index. Returns what makes the segment durable (and gives back its preallocated
     /// blocks), for the flusher thread: see `flush.rs`.
     pub fn on_roll(&mut self, dir: &Path) -> Result<FlushJob, LogError> {
+        self.seal()?;
         if self.max_timestamp >= 0 {
             let rel = (self.offset_of_max_timestamp - self.base_offset) as u32;
             self.time_index.maybe_append(self.max_timestamp, rel);
@@ -596,6 +597,12 @@ impl Segment {
         })
     }
 
+    /// Makes the `.log` file end at the last batch (a direct-I/O file pads its last block while
+    /// appends go on; see `io::direct`).
+    pub fn seal(&mut self) -> Result<(), LogError> {
+        self.file.seal().map_err(|e| LogError::io(&self.log_path, "trim padding", e))
+    }
+
     /// The `.log` file and its path, to fdatasync without holding the partition lock (see
     /// [`super::partition::SyncPoint`]).
     pub fn data_file(&self) -> (Arc<dyn SegmentFile>, PathBuf) {
@@ -603,6 +610,7 @@ impl Segment {
     }
 
     pub fn sync(&mut self) -> Result<(), LogError> {
+        self.seal()?;
         let started = std::time::Instant::now();
         self.file.sync_data().map_err(|e| LogError::io(&self.log_path, "fsync", e))?;
         crate::metrics::fsync_completed(started.elapsed());

@@ -36,6 +36,14 @@ pub async fn send_parts(
         }
         return Ok(());
     }
+    // Every range the response sends starts reading from the disk now (where it is not in the
+    // page cache, as with direct-I/O appends), rather than one after the other as sendfile
+    // reaches each.
+    for part in &parts {
+        if let ResponsePart::File(f) = part {
+            f.will_read();
+        }
+    }
     let fd = writer.get_ref().as_ref().as_raw_fd();
     set_cork(fd, true)?;
     let sent = async {

@@ -1,0 +1,429 @@
+//! Direct-I/O appends (`log.io.direct=true`): segment data goes from a reused, aligned buffer
+//! to the device instead of through the page cache.
+//!
+//! # Why
+//! A buffered append costs a page-cache page per 4 KiB, and on a VM whose hypervisor takes
+//! freed guest memory back (virtio-balloon free page reporting) a fresh page costs a host
+//! fault as well: on the bench VM `dd` pays 1.3-2.3 CPU s/GiB writing through the page cache
+//! and 0.15-0.2 with `O_DIRECT` (bench/METHOD.md, "Ceilings"). A direct append copies the data
+//! once into a per-thread buffer that is reused for every append, and the device takes it from
+//! there. The price: the data is not in the page cache afterwards, so fetches of it (tailing
+//! consumers, catch-up reads) read the device, and each append waits for the device.
+//!
+//! # How
+//! [`DirectBackend`] wraps another backend, which still opens every file and does all reads,
+//! fsyncs and truncations; fetches still `sendfile` through the page cache, which the kernel
+//! keeps coherent with direct writes by dropping cached pages a direct write covers. Only
+//! appends (writes at the end of the data) go through a second descriptor opened with
+//! `O_DIRECT` (by the first append; a seal closes it). Fetch responses ask the kernel to read
+//! their ranges ahead (`will_read`), as appended data is never in the page cache. A direct write starts and ends on a [`BLOCK`] boundary, so each append rewrites
+//! the partial block the previous one left (its bytes are kept in memory: 4 KiB per segment
+//! that has been appended to) and pads its own last block with zeros.
+//!
+//! # Invariants
+//! - `logical` is where the data ends. While appends go on the file is `logical` rounded up to
+//!   a block (the zero padding); `seal` (a roll, a flush, a clean shutdown) and `set_len`
+//!   (truncation) make it end at `logical` again, so only an active segment is ever padded.
+//! - `tail`, when present, holds the file's bytes `[logical - logical % BLOCK, logical)`.
+//!
+//! # Failure behaviour
+//! A log dir whose filesystem refuses `O_DIRECT` (tmpfs) keeps buffered appends, said once in
+//! an `info!` line and in `sluice_log_io_backend_info{appends}`. A failed direct write is an
+//! `io::Error` like any other (the partition log poisons itself); the partial block is then
+//! read back from the file before the next append. After a crash the zero padding behind the
+//! last batch reads as a torn batch, and recovery truncates it with its usual warning. A write
+//! that does not start at the end of the data (nothing in the log makes one today) goes
+//! through the wrapped backend.
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::{IoBackend, SegmentFile};
+
+/// Alignment of a direct write's position, length and buffer. 4 KiB satisfies every Linux
+/// filesystem with a 4 KiB or smaller logical block; the probe in [`DirectBackend`] checks it.
+pub const BLOCK: usize = 4096;
+/// The per-thread staging buffer: an append larger than this is written in several pieces.
+const STAGING_BLOCKS: usize = 256;
+
+/// One aligned block; a `Vec<Block>` is aligned contiguous memory without a custom allocator.
+#[repr(C, align(4096))]
+#[derive(Clone, Copy)]
+struct Block([u8; BLOCK]);
+
+fn bytes_mut(blocks: &mut [Block]) -> &mut [u8] {
+    // SAFETY: `Block` is a `repr(C)` byte array whose size equals its alignment, so a slice of
+    // blocks is `len * BLOCK` initialized, contiguous bytes borrowed mutably for as long.
+    unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), blocks.len() * BLOCK) }
+}
+
+thread_local! {
+    /// Appends are synchronous on the calling thread, so one staging buffer per thread that
+    /// appends (runtime workers) serves every partition and is never freed back to the OS.
+    static STAGING: RefCell<Vec<Block>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Wraps another backend so that appends bypass the page cache; see the module doc.
+#[derive(Debug)]
+pub struct DirectBackend {
+    inner: Arc<dyn IoBackend>,
+    /// Per filesystem (`st_dev`): whether `O_DIRECT` writes work there.
+    direct_ok: Mutex<HashMap<u64, bool>>,
+}
+
+impl DirectBackend {
+    pub fn new(inner: Arc<dyn IoBackend>) -> DirectBackend {
+        DirectBackend { inner, direct_ok: Mutex::new(HashMap::new()) }
+    }
+
+    fn direct_on(&self, dev: u64, dir: &Path) -> bool {
+        let mut known = self.direct_ok.lock();
+        if let Some(&yes) = known.get(&dev) {
+            return yes;
+        }
+        let probe = direct_write_probe(dir);
+        match &probe {
+            Ok(()) => tracing::info!(dir = %dir.display(), "log.io.direct: appends on this filesystem bypass the page cache"),
+            Err(e) => tracing::info!(
+                dir = %dir.display(),
+                error = %e,
+                "log.io.direct: this filesystem refuses O_DIRECT writes; appends here stay buffered"
+            ),
+        }
+        known.insert(dev, probe.is_ok());
+        probe.is_ok()
+    }
+}
+
+/// One aligned direct write to a scratch file in `dir`.
+fn direct_write_probe(dir: &Path) -> io::Result<()> {
+    let path = dir.join(format!(".sluice-direct-probe-{}", std::process::id()));
+    let r = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .and_then(|f| f.write_all_at(&Block([0; BLOCK]).0, 0));
+    let _ = std::fs::remove_file(&path);
+    r
+}
+
+impl IoBackend for DirectBackend {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+        let inner = self.inner.open(path)?;
+        let dev = inner.std_file().metadata()?.dev();
+        if !self.direct_on(dev, path.parent().unwrap_or(Path::new("."))) {
+            return Ok(inner);
+        }
+        let logical = inner.len()?;
+        Ok(Box::new(DirectFile {
+            inner,
+            path: path.to_path_buf(),
+            state: Mutex::new(Tail { logical, block: None, padded: false, direct: None }),
+        }))
+    }
+
+    fn prepare_dir(&self, dir: &Path) {
+        self.inner.prepare_dir(dir);
+        if let Ok(meta) = std::fs::metadata(dir) {
+            self.direct_on(meta.dev(), dir);
+        }
+    }
+
+    fn append_path(&self) -> &'static str {
+        let known = self.direct_ok.lock();
+        match (known.values().any(|&y| y), known.values().any(|&y| !y)) {
+            (true, false) => "direct",
+            (true, true) => "mixed",
+            _ => self.inner.append_path(),
+        }
+    }
+}
+
+struct Tail {
+    logical: u64,
+    /// The partial last block, when loaded (see the module's invariants).
+    block: Option<Box<Block>>,
+    /// The file ends past `logical` (zero padding of the last block).
+    padded: bool,
+    /// The `O_DIRECT` descriptor, opened by the first append and closed by `seal`, so that only
+    /// segments being appended to hold a second descriptor.
+    direct: Option<File>,
+}
+
+struct DirectFile {
+    inner: Box<dyn SegmentFile>,
+    path: std::path::PathBuf,
+    state: Mutex<Tail>,
+}
+
+impl std::fmt::Debug for DirectFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Direct({:?})", self.inner)
+    }
+}
+
+impl DirectFile {
+    /// Appends `parts` at `st.logical` with direct writes; see the module doc.
+    fn append(&self, st: &mut Tail, parts: &[Bytes]) -> io::Result<()> {
+        let start = st.logical;
+        let partial = (start % BLOCK as u64) as usize;
+        let mut at = start - partial as u64;
+        // Taken out so that a failure below leaves it unloaded, to be read back next time.
+        let (mut tail, loaded) = match st.block.take() {
+            Some(b) => (b, true),
+            None => (Box::new(Block([0; BLOCK])), false),
+        };
+        if partial > 0 && !loaded {
+            self.inner.std_file().read_exact_at(&mut tail.0[..partial], at)?;
+        }
+        if st.direct.is_none() {
+            st.direct = Some(OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(&self.path)?);
+        }
+        let Some(direct) = &st.direct else { unreachable!("opened above") };
+        STAGING.with(|staging| -> io::Result<()> {
+            let mut staging = staging.borrow_mut();
+            if staging.is_empty() {
+                staging.resize(STAGING_BLOCKS, Block([0; BLOCK]));
+            }
+            let buf = bytes_mut(&mut staging);
+            buf[..partial].copy_from_slice(&tail.0[..partial]);
+            let mut fill = partial;
+            for part in parts {
+                let mut p = &part[..];
+                while !p.is_empty() {
+                    let n = p.len().min(buf.len() - fill);
+                    buf[fill..fill + n].copy_from_slice(&p[..n]);
+                    fill += n;
+                    p = &p[n..];
+                    if fill == buf.len() {
+                        direct.write_all_at(buf, at)?;
+                        at += buf.len() as u64;
+                        fill = 0;
+                    }
+                }
+            }
+            let last = fill % BLOCK;
+            if fill > 0 {
+                let padded = fill.next_multiple_of(BLOCK);
+                buf[fill..padded].fill(0);
+                direct.write_all_at(&buf[..padded], at)?;
+            }
+            tail.0[..last].copy_from_slice(&buf[fill - last..fill]);
+            Ok(())
+        })?;
+        st.block = Some(tail);
+        Ok(())
+    }
+}
+
+impl SegmentFile for DirectFile {
+    fn write_at(&self, pos: u64, parts: &[Bytes]) -> io::Result<()> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let mut st = self.state.lock();
+        if pos != st.logical {
+            self.inner.write_at(pos, parts)?;
+            st.logical = st.logical.max(pos + len);
+            st.block = None;
+            return Ok(());
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        self.append(&mut st, parts)?;
+        st.logical += len;
+        // The write ended on the block boundary at or after the data's end.
+        st.padded = st.logical % BLOCK as u64 != 0;
+        Ok(())
+    }
+
+    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
+        // The padding is not data: a read into it is a read past the end.
+        if pos + len as u64 > self.state.lock().logical {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        self.inner.read_at(pos, len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut st = self.state.lock();
+        st.block = None;
+        self.inner.set_len(len)?;
+        st.logical = len;
+        st.padded = false;
+        Ok(())
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        let st = self.state.lock();
+        // Unpadded, the file's own size, as for any other file (a flush job compares it with the
+        // size at the roll to see whether the file changed since).
+        if st.padded { Ok(st.logical) } else { self.inner.len() }
+    }
+
+    fn will_read(&self, pos: u64, len: usize) {
+        use std::os::fd::AsRawFd;
+        let (Ok(pos), Ok(len)) = (libc::off_t::try_from(pos), libc::off_t::try_from(len)) else { return };
+        // SAFETY: plain syscall on an open descriptor; no memory is passed. It only schedules
+        // reads, so a failure costs nothing but the hint (the read that follows still works).
+        unsafe { libc::posix_fadvise(self.std_file().as_raw_fd(), pos, len, libc::POSIX_FADV_WILLNEED) };
+    }
+
+    fn seal(&self) -> io::Result<()> {
+        let mut st = self.state.lock();
+        if st.padded {
+            self.inner.set_len(st.logical)?;
+            st.padded = false;
+        }
+        st.direct = None;
+        Ok(())
+    }
+
+    fn std_file(&self) -> &File {
+        self.inner.std_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::io::StdBackend;
+
+    /// A direct backend over std in a fresh dir, or `None` (with a note) where the filesystem
+    /// holding the temp dir refuses O_DIRECT.
+    fn direct_in(dir: &Path) -> Option<DirectBackend> {
+        let b = DirectBackend::new(Arc::new(StdBackend));
+        b.prepare_dir(dir);
+        if b.append_path() != "direct" {
+            eprintln!("{} refuses O_DIRECT; direct appends not tested here", dir.display());
+            return None;
+        }
+        Some(b)
+    }
+
+    fn file_size(f: &dyn SegmentFile) -> u64 {
+        f.std_file().metadata().unwrap().len()
+    }
+
+    /// Pages of the file resident in the page cache (mmap + mincore).
+    fn resident_pages(file: &File) -> usize {
+        use std::os::fd::AsRawFd;
+        let len = file.metadata().unwrap().len() as usize;
+        let page = 4096;
+        // SAFETY: a shared read-only mapping of an open file, unmapped before returning; mincore
+        // writes one byte per page into a vector of exactly that many bytes.
+        unsafe {
+            let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+            assert_ne!(map, libc::MAP_FAILED);
+            let mut vec = vec![0u8; len.div_ceil(page)];
+            assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
+            libc::munmap(map, len);
+            vec.iter().filter(|&&b| b & 1 == 1).count()
+        }
+    }
+
+    #[test]
+    fn appends_of_any_size_land_byte_for_byte_and_pad_only_the_last_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(b) = direct_in(dir.path()) else { return };
+        let f = b.open(&dir.path().join("f.log")).unwrap();
+        let mut expected = Vec::new();
+        // Sizes that straddle blocks, fill one exactly, and exceed the staging buffer.
+        let sizes = [1usize, 100, 4095, 1, 4096, 10_000, (STAGING_BLOCKS * BLOCK) * 2 + 77, 3];
+        for (i, &n) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..n).map(|j| (i * 31 + j * 7) as u8).collect();
+            // Split into uneven parts, as a patched header plus the rest of a batch would be.
+            let cut = n / 3;
+            let parts = [Bytes::copy_from_slice(&data[..cut]), Bytes::copy_from_slice(&data[cut..])];
+            f.write_at(expected.len() as u64, &parts).unwrap();
+            expected.extend_from_slice(&data);
+            assert_eq!(f.len().unwrap(), expected.len() as u64);
+            assert_eq!(file_size(&*f), (expected.len() as u64).next_multiple_of(BLOCK as u64), "after append {i}");
+        }
+        assert!(f.read_at(0, expected.len()).unwrap()[..] == expected[..], "bytes differ");
+        f.seal().unwrap();
+        assert_eq!(file_size(&*f), expected.len() as u64, "sealed file ends at the data");
+        f.write_at(expected.len() as u64, &[Bytes::from_static(b"after the seal")]).unwrap();
+        expected.extend_from_slice(b"after the seal");
+        assert!(f.read_at(0, expected.len()).unwrap()[..] == expected[..], "bytes differ after the seal");
+    }
+
+    #[test]
+    fn direct_appends_leave_nothing_in_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(b) = direct_in(dir.path()) else { return };
+        let data = Bytes::from(vec![5u8; 4 << 20]);
+        let direct = b.open(&dir.path().join("direct.log")).unwrap();
+        direct.write_at(0, std::slice::from_ref(&data)).unwrap();
+        assert_eq!(resident_pages(direct.std_file()), 0);
+        // The same write through the page cache leaves every page there: what the measure sees.
+        let buffered = StdBackend.open(&dir.path().join("buffered.log")).unwrap();
+        buffered.write_at(0, std::slice::from_ref(&data)).unwrap();
+        assert_eq!(resident_pages(buffered.std_file()), data.len() / 4096);
+    }
+
+    #[test]
+    fn a_reopened_file_goes_on_from_the_partial_block_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(b) = direct_in(dir.path()) else { return };
+        let path = dir.path().join("f.log");
+        let f = b.open(&path).unwrap();
+        f.write_at(0, &[Bytes::from_static(b"0123456789")]).unwrap();
+        drop(f); // not sealed: a crash leaves the zero padding
+        let f = b.open(&path).unwrap();
+        assert_eq!(f.len().unwrap(), BLOCK as u64, "the padding counts until recovery cuts it");
+        assert!(f.read_at(10, BLOCK - 10).unwrap().iter().all(|&x| x == 0));
+        f.set_len(10).unwrap(); // what recovery does
+        f.write_at(10, &[Bytes::from_static(b"abc")]).unwrap();
+        assert_eq!(&f.read_at(0, 13).unwrap()[..], b"0123456789abc");
+    }
+
+    #[test]
+    fn a_write_away_from_the_end_goes_through_the_wrapped_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(b) = direct_in(dir.path()) else { return };
+        let f = b.open(&dir.path().join("f.log")).unwrap();
+        f.write_at(0, &[Bytes::from(vec![b'a'; 5000])]).unwrap();
+        f.write_at(4094, &[Bytes::from_static(b"XYZW")]).unwrap();
+        f.write_at(5000, &[Bytes::from_static(b"end")]).unwrap();
+        let back = f.read_at(0, 5003).unwrap();
+        assert_eq!(&back[4090..4100], b"aaaaXYZWaa");
+        assert_eq!(&back[5000..], b"end");
+        assert!(back[..4094].iter().all(|&x| x == b'a'));
+    }
+
+    #[test]
+    fn a_filesystem_without_o_direct_keeps_buffered_appends() {
+        // tmpfs refuses O_DIRECT; /dev/shm is one where it is mounted.
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let b = DirectBackend::new(Arc::new(StdBackend));
+        b.prepare_dir(dir.path());
+        if direct_write_probe(dir.path()).is_ok() {
+            return; // not tmpfs here after all
+        }
+        assert_eq!(b.append_path(), "pwritev");
+        let f = b.open(&dir.path().join("f.log")).unwrap();
+        f.write_at(0, &[Bytes::from_static(b"abc")]).unwrap();
+        assert_eq!(file_size(&*f), 3, "no padding: a buffered file");
+    }
+}
