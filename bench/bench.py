@@ -36,7 +36,7 @@ CFG = {
     "kafka_heap": os.environ.get("BENCH_KAFKA_HEAP", "-Xmx1G -Xms1G"),
     "dd_mib": env("BENCH_DD_MIB", 256, 2048),
     "dd_files": env("BENCH_DD_FILES", 3, 4),                     # page-cache floor: files of dd_mib
-    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,recovery,scale").split(","),
+    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,recovery,scale,direct").split(","),
     "perf": os.environ.get("BENCH_PERF", "0") == "1",
 }
 WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, ".cache", "bench", "work"))
@@ -208,6 +208,7 @@ class Broker:
 
 class Sluice(Broker):
     name = "sluice"
+    extra = []  # further --override arguments (the direct-I/O session)
 
     def cmd(self):
         # The group settings match the Kafka config below, so the consumer-group runs compare
@@ -216,7 +217,7 @@ class Sluice(Broker):
                 "--override", f"listeners=PLAINTEXT://{BOOT}",
                 "--override", "metrics.listener=none",
                 "--override", "group.initial.rebalance.delay.ms=0",
-                "--override", "offsets.topic.num.partitions=5"]
+                "--override", "offsets.topic.num.partitions=5"] + self.extra
 
 
 class Kafka(Broker):
@@ -362,6 +363,45 @@ def timed_read(b, rnd, sampler, key, cmd):
     return r
 
 
+def produce_run(b, rnd, res, sampler, toolname, acks, topic, parts, key, perf_out=None):
+    """One produce run into `topic`, new with `parts` partitions: the tool's result plus broker CPU
+    (total and per GiB), client CPU and wall time and peak broker RSS, stored under `key`. With
+    `perf_out`, perf records the broker meanwhile."""
+    n, size = CFG["records"], CFG["record_size"]
+    create_topics([(topic, parts)])
+    cpu0 = proc_cpu_s(b.pid)
+    sampler.reset()
+    perf = None
+    if perf_out:
+        perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-g", "-p", str(b.pid), "-o", perf_out],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rc, out, err, wall, ccpu = run_client(produce_cmd(toolname, topic, acks))
+    if perf:
+        perf.send_signal(signal.SIGINT); perf.wait()
+    cpu = proc_cpu_s(b.pid) - cpu0
+    r = parse_produce(toolname, rc, out, err)
+    r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall, "rss_peak_mib": sampler.max})
+    if "error" not in r:
+        r["broker_cpu_s_per_gib"] = cpu / (r.get("records", n) * size / 2**30)
+    res[key] = r
+    log(b.name, rnd, key, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
+    return r
+
+
+def latency_run(b, rnd, sampler, topic, key):
+    """End-to-end latency at the fixed rate on `topic`, new with one partition."""
+    create_topics([(topic, 1)])
+    sampler.reset()
+    rc, out, err, wall, ccpu = run_client([RDK, "latency", "-b", BOOT, "-t", topic, "-r", str(CFG["lat_rate"]),
+                                           "-d", str(CFG["lat_secs"]), "-s", str(CFG["record_size"]), "-X", "acks=all",
+                                           "-X", "enable.idempotence=true", "-X", "linger.ms=0"])
+    j = last_json(out)
+    r = j if (j and rc == 0) else {"error": first_error(err) or f"exit {rc}", **(j or {})}
+    r["rss_peak_mib"] = sampler.max
+    log(b.name, rnd, key, r)
+    return r
+
+
 def session_main(b, rnd, res, perf_dir):
     """Fresh broker: start, idle RSS, produce matrix, consume, latency, kill -9 + recovery."""
     n, size = CFG["records"], CFG["record_size"]
@@ -377,29 +417,12 @@ def session_main(b, rnd, res, perf_dir):
             for parts in (1, 16):
                 if toolname == "py" and (acks != "1" or parts != 16):
                     continue  # confluent-kafka-python only to compare load generators
-                key = f"produce/{toolname}/acks={acks}/p{parts}"
-                topic = f"p-{toolname}-a{acks}-p{parts}".replace("all", "all")
-                create_topics([(topic, parts)])
-                cpu0 = proc_cpu_s(b.pid)
-                sampler.reset()
                 perf = None
                 if CFG["perf"] and b.name == "sluice" and toolname == "rdk" and acks == "all" and parts == 16:
-                    perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-g", "-p", str(b.pid),
-                                             "-o", os.path.join(perf_dir, f"perf-r{rnd}.data")],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                rc, out, err, wall, ccpu = run_client(produce_cmd(toolname, topic, acks))
-                if perf:
-                    perf.send_signal(signal.SIGINT); perf.wait()
-                cpu = proc_cpu_s(b.pid) - cpu0
-                r = parse_produce(toolname, rc, out, err)
-                r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall,
-                          "rss_peak_mib": sampler.max})
-                if "error" not in r:
-                    gib = r.get("records", n) * size / 2**30
-                    produced_bytes += r.get("records", n) * size
-                    r["broker_cpu_s_per_gib"] = cpu / gib
-                res[key] = r
-                log(b.name, rnd, key, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
+                    perf = os.path.join(perf_dir, f"perf-r{rnd}.data")
+                r = produce_run(b, rnd, res, sampler, toolname, acks, f"p-{toolname}-a{acks}-p{parts}", parts,
+                                f"produce/{toolname}/acks={acks}/p{parts}", perf)
+                produced_bytes += r.get("records", n) * size if "error" not in r else 0
     res["rss_load_peak_mib"] = max([v.get("rss_peak_mib", 0) for k, v in res.items()
                                     if k.startswith("produce/") and isinstance(v, dict)] or [0])
     if "consume" in wl and "produce" in wl:
@@ -457,16 +480,7 @@ def session_main(b, rnd, res, perf_dir):
             res[key] = r
             log(b.name, rnd, key, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
     if "latency" in wl:
-        create_topics([("lat", 1)])
-        sampler.reset()
-        rc, out, err, wall, ccpu = run_client([RDK, "latency", "-b", BOOT, "-t", "lat", "-r", str(CFG["lat_rate"]),
-                                               "-d", str(CFG["lat_secs"]), "-s", str(size), "-X", "acks=all",
-                                               "-X", "enable.idempotence=true", "-X", "linger.ms=0"])
-        j = last_json(out)
-        r = j if (j and rc == 0) else {"error": first_error(err) or f"exit {rc}", **(j or {})}
-        r["rss_peak_mib"] = sampler.max
-        res["latency"] = r
-        log(b.name, rnd, "latency", r)
+        res["latency"] = latency_run(b, rnd, sampler, "lat", "latency")
     sampler.close()
     res["rss_hwm_mib"] = proc_status(b.pid, "VmHWM")
     res["produced_gib"] = produced_bytes / 2**30
@@ -484,6 +498,32 @@ def session_main(b, rnd, res, perf_dir):
             res["recovery_error"] = str(e)[:400]
             log(b.name, rnd, "recovery failed", e)
     b.stop()
+
+
+def session_direct(b, rnd, res):
+    """Fresh sluice with log.io.direct=true (appends bypass the page cache): the rdkbench
+    produce runs with 16 partitions, the catch-up read of the acks=1 topic and the latency run,
+    under keys prefixed "direct/". The report sets them against Kafka's figures for the same
+    workloads."""
+    n = CFG["records"]
+    b.extra = ["--override", "log.io.direct=true"]
+    try:
+        b.start(fresh=True)
+        sampler = RssSampler(b.pid)
+        for acks in ("1", "all"):
+            produce_run(b, rnd, res, sampler, "rdk", acks, f"d-rdk-a{acks}-p16", 16, f"direct/produce/rdk/acks={acks}/p16")
+        subprocess.run(["sync"], check=False)
+        res["direct/consume/rdk/p16"] = timed_read(b, rnd, sampler, "direct/consume/rdk/p16",
+                                                   [RDK, "consume", "-b", BOOT, "-t", "d-rdk-a1-p16", "-n", str(n)])
+        if "latency" in CFG["workloads"]:
+            res["direct/latency"] = latency_run(b, rnd, sampler, "d-lat", "direct/latency")
+        sampler.close()
+    except Exception as e:  # noqa
+        res["direct_error"] = str(e)[:400]
+        log(b.name, rnd, "direct session failed:", e)
+    finally:
+        b.stop()
+        b.extra = []
 
 
 def session_scale(b, rnd, res):
@@ -640,6 +680,9 @@ def main():
                 session_main(b, rnd, res, WORK)
                 if "scale" in CFG["workloads"]:
                     session_scale(b, rnd, res)
+                if "direct" in CFG["workloads"] and name == "sluice":
+                    shutil.rmtree(b.data, ignore_errors=True)
+                    session_direct(b, rnd, res)
             except Exception as e:  # noqa
                 res["session_error"] = str(e)[:400]
                 log(name, rnd, "session failed:", e)

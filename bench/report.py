@@ -67,7 +67,7 @@ def fmt(x, nd=1):
     return f"{x:.{nd}f}" if abs(x) >= 1 or x == 0 else f"{x:.3f}"
 
 
-ROWS = []  # (section, label, path, unit, better)
+ROWS = []  # (section, label, path, unit, better[, Kafka's path where it differs])
 n_mib = CFG["records"] * CFG["record_size"] / 2**20
 for toolname, tl in (("perftest", "kafka-producer-perf-test"), ("rdk", "rdkbench (librdkafka C)")):
     for acks in ("1", "all"):
@@ -112,6 +112,21 @@ ROWS += [
     ("Recovery", "log size at kill -9", ["recovery_log_gib"], "GiB", "info"),
     ("Recovery", "restart after kill -9 to serving", ["recovery_s"], "s", "lower"),
 ]
+
+# sluice with log.io.direct=true (its own session) against Kafka's figures for the same workloads.
+DIRECT = "sluice with log.io.direct=true (appends bypass the page cache) against Kafka's runs above"
+for acks in ("1", "all"):
+    k = f"produce/rdk/acks={acks}/p16"
+    ROWS += [(DIRECT, f"produce rdkbench, acks={acks}{' idempotent' if acks == 'all' else ''}, 16 partitions",
+              ["direct/" + k, "mbps"], "MiB/s", "higher", [k, "mbps"]),
+             (DIRECT, f"broker CPU per GiB produced, acks={acks}", ["direct/" + k, "broker_cpu_s_per_gib"], "CPU s/GiB", "lower",
+              [k, "broker_cpu_s_per_gib"])]
+ROWS += [(DIRECT, "catch-up read, rdkbench, 16 partitions", ["direct/consume/rdk/p16", "mbps"], "MiB/s", "higher",
+          ["consume/rdk/p16", "mbps"]),
+         (DIRECT, "broker CPU per GiB read", ["direct/consume/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower",
+          ["consume/rdk/p16", "broker_cpu_s_per_gib"])]
+ROWS += [(DIRECT, f"end-to-end latency {q}", ["direct/latency", f"{q}_ms"], "ms", "lower", ["latency", f"{q}_ms"])
+         for q in ("p50", "p99", "p999")]
 
 
 def quiet():
@@ -175,13 +190,14 @@ def main():
     L.append("Ratio = sluice / Kafka; the last column says whether that is good (higher-is-better figures want > 1, "
              "lower-is-better figures want < 1).\n")
     section = None
-    for sec, label, path, unit, better in ROWS:
+    for sec, label, path, unit, better, *kpath in ROWS:
+        kpath = kpath[0] if kpath else path
         if sec != section:
             L.append(f"\n### {sec}\n")
             L.append("| figure | unit | sluice | Kafka | sluice/Kafka | |\n| --- | --- | --- | --- | --- | --- |")
             section = sec
-        s, k = med("sluice", path), med("kafka", path)
-        sv, kv = values("sluice", path), values("kafka", path)
+        s, k = med("sluice", path), med("kafka", kpath)
+        sv, kv = values("sluice", path), values("kafka", kpath)
         ratio = s / k if (s is not None and k) else None
         verdict = ""
         if ratio is not None and better != "info":
@@ -189,7 +205,7 @@ def main():
             verdict = "better" if good else "worse"
         def cell(m, vs, broker):
             if m is None:
-                errs = errors(broker, path[0])
+                errs = errors(broker, (path if broker == "sluice" else kpath)[0])
                 return f"fails: `{errs[0][:160]}`" if errs else "—"
             return f"**{fmt(m)}**" + (f" ({', '.join(fmt(v) for v in vs)})" if len(vs) > 1 else "")
         L.append(f"| {label} | {unit} | {cell(s, sv, 'sluice')} | {cell(k, kv, 'kafka')} | "
