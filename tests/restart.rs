@@ -168,6 +168,64 @@ fn clean_restart_across_segments(backend: &str) {
     assert_eq!(produce(&mut c, "t", batch(3000, 1)), 3000);
 }
 
+/// Pages of the file resident in the page cache, and pages in all (mmap + mincore).
+fn resident_pages(path: &std::path::Path) -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    let pages = len.div_ceil(4096);
+    // SAFETY: a shared read-only mapping of an open file, unmapped before returning; mincore
+    // writes one byte per page into a vector of exactly that many bytes.
+    unsafe {
+        let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+        assert_ne!(map, libc::MAP_FAILED);
+        let mut vec = vec![0u8; pages];
+        assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
+        libc::munmap(map, len);
+        (vec.iter().filter(|&&b| b & 1 == 1).count(), pages)
+    }
+}
+
+#[test]
+fn direct_appends_bypass_the_page_cache_and_survive_kill_9_and_a_clean_restart() {
+    // ~100 KiB batches go to the disk directly; every third batch is small and goes through
+    // the page cache.
+    let b = Broker::start(&["log.io.direct=true"]);
+    let mut c = b.connect();
+    create(&mut c, "t", &[("segment.bytes", "1048576")]);
+    let produce_some = |c: &mut Client, next: &mut usize, rounds: usize| {
+        for i in 0..rounds {
+            let n = if i % 3 == 2 { 5 } else { 100 };
+            assert_eq!(produce(c, "t", batch(*next, n)), *next as i64);
+            *next += n;
+        }
+    };
+    let mut next = 0;
+    produce_some(&mut c, &mut next, 30);
+    let data = b.dir.path().join("data/t-0");
+    let bases = segment_bases(&data);
+    assert!(bases.len() > 2, "expected several segments, got {bases:?}");
+    let (resident, pages) = bases
+        .iter()
+        .map(|base| resident_pages(&data.join(format!("{base:020}.log"))))
+        .fold((0, 0), |(r, p), (r1, p1)| (r + r1, p + p1));
+    assert!(resident * 4 < pages, "{resident} of {pages} pages of the log are in the page cache");
+    let dir = b.kill9();
+    let b = Broker::start_in(dir, &["log.io.direct=true"]);
+    let mut c = b.connect();
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..next));
+    produce_some(&mut c, &mut next, 6);
+    let dir = b.stop();
+    let data = dir.path().join("data/t-0");
+    for base in segment_bases(&data) {
+        assert_ends_at_last_batch(&data.join(format!("{base:020}.log")), "log.io.direct=true");
+    }
+    // Without direct appends the same files serve as they are.
+    let b = Broker::start_in(dir, &[]);
+    let mut c = b.connect();
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..next));
+}
+
 #[test]
 fn acknowledged_records_survive_kill_9() {
     for backend in BACKENDS {

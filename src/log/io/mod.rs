@@ -233,10 +233,11 @@ pub(crate) fn test_backends() -> Vec<Arc<dyn IoBackend>> {
             Err(e) => eprintln!("io_uring unavailable here, testing std only: {e}"),
         }
     }
-    // Direct appends over the portable backend and over the default one.
-    let direct: Vec<Arc<dyn IoBackend>> =
-        [0, v.len() - 1].iter().map(|&i| Arc::new(DirectBackend::new(Arc::clone(&v[i]))) as Arc<dyn IoBackend>).collect();
-    v.extend(direct);
+    // Direct appends over the portable backend, every append direct (the tests' batches are
+    // small), and over the default backend as configured (small appends buffered).
+    let (portable, default) = (Arc::clone(&v[0]), Arc::clone(&v[v.len() - 1]));
+    v.push(Arc::new(DirectBackend::with_threshold(portable, 0)));
+    v.push(Arc::new(DirectBackend::new(default)));
     v
 }
 
