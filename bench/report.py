@@ -114,7 +114,7 @@ ROWS += [
 ]
 
 # sluice with log.io.direct=true (its own session) against Kafka's figures for the same workloads.
-DIRECT = "sluice with log.io.direct=true (appends bypass the page cache) against Kafka's runs above"
+DIRECT = "sluice with log.io.direct=true (appends of 64 KiB and more bypass the page cache) against Kafka's runs above"
 for acks in ("1", "all"):
     k = f"produce/rdk/acks={acks}/p16"
     ROWS += [(DIRECT, f"produce rdkbench, acks={acks}{' idempotent' if acks == 'all' else ''}, 16 partitions",

@@ -1,5 +1,5 @@
-//! Direct-I/O appends (`log.io.direct=true`): segment data goes from a reused, aligned buffer
-//! to the device instead of through the page cache.
+//! Direct-I/O appends (`log.io.direct=true`): the data of large appends goes from a reused,
+//! aligned buffer to the device instead of through the page cache.
 //!
 //! # Why
 //! A buffered append costs a page-cache page per 4 KiB, and on a VM whose hypervisor takes
@@ -87,7 +87,7 @@ thread_local! {
     static STAGING: RefCell<Vec<Block>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Wraps another backend so that appends bypass the page cache; see the module doc.
+/// Wraps another backend so that large appends bypass the page cache; see the module doc.
 #[derive(Debug)]
 pub struct DirectBackend {
     inner: Arc<dyn IoBackend>,
