@@ -265,21 +265,16 @@ impl DirectFile {
 impl SegmentFile for DirectFile {
     fn write_at(&self, pos: u64, parts: &[Bytes]) -> io::Result<()> {
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let mut st = self.state.lock();
-        if pos != st.logical {
-            self.inner.write_at(pos, parts)?;
-            st.logical = st.logical.max(pos + len);
-            st.block = None;
-            return Ok(());
-        }
         if len == 0 {
             return Ok(());
         }
-        if len < self.direct_from {
+        let mut st = self.state.lock();
+        // Small appends, and writes away from the end, go through the page cache.
+        if pos != st.logical || len < self.direct_from {
             self.inner.write_at(pos, parts)?;
-            st.logical += len;
+            st.logical = st.logical.max(pos + len);
+            st.file_end = st.file_end.max(pos + len);
             st.block = None;
-            st.file_end = st.file_end.max(st.logical);
             return Ok(());
         }
         self.append(&mut st, parts)?;
