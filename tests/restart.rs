@@ -169,7 +169,14 @@ fn clean_restart_across_segments(backend: &str) {
 }
 
 /// Pages of the file resident in the page cache, and pages in all (mmap + mincore).
+/// (resident pages, pages) of the file.
 fn resident_pages(path: &std::path::Path) -> (usize, usize) {
+    let pages = residency(path);
+    (pages.iter().filter(|&&r| r).count(), pages.len())
+}
+
+/// Whether each page of the file is in the page cache.
+fn residency(path: &std::path::Path) -> Vec<bool> {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(path).unwrap();
     let len = file.metadata().unwrap().len() as usize;
@@ -182,8 +189,49 @@ fn resident_pages(path: &std::path::Path) -> (usize, usize) {
         let mut vec = vec![0u8; pages];
         assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
         libc::munmap(map, len);
-        (vec.iter().filter(|&&b| b & 1 == 1).count(), pages)
+        vec.iter().map(|&b| b & 1 == 1).collect()
     }
+}
+
+#[test]
+fn a_fetch_of_direct_appended_data_reads_ahead_what_the_consumer_fetches_next() {
+    let b = Broker::start(&["log.io.direct=true"]);
+    let mut c = b.connect();
+    create(&mut c, "t", &[]);
+    // 20 MiB in ~100 KiB batches, all appended directly: none of it in the page cache.
+    let mut next = 0;
+    while next < 20_000 {
+        assert_eq!(produce(&mut c, "t", batch(next, 100)), next as i64);
+        next += 100;
+    }
+    let log = b.dir.path().join("data/t-0").join(format!("{:020}.log", 0));
+    let (resident, pages) = resident_pages(&log);
+    assert!(resident * 20 < pages, "{resident} of {pages} pages in the page cache before any fetch");
+    // One fetch of up to 1 MiB from the start; once it is sent, the broker asks for the 8 MiB
+    // behind it, which the consumer's next fetches will read.
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name("t")).with_partitions(vec![
+            fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20),
+        ])]);
+    let r = c.call(&req, 12);
+    let sent = r.responses[0].partitions[0].records.as_ref().map_or(0, |r| r.len());
+    assert!(sent > 900 << 10, "fetched {sent} bytes");
+    let want = (sent + (8 << 20)) / 4096;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut pages = residency(&log);
+    while !pages[..want].iter().all(|&r| r) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        pages = residency(&log);
+    }
+    let missing = pages[..want].iter().filter(|&&r| !r).count();
+    assert_eq!(missing, 0, "{missing} of the first {want} pages not read ahead");
+    // Not the whole log: the read-ahead ends some way past the fetch.
+    let beyond = pages[want + 256..].iter().filter(|&&r| r).count();
+    assert!(beyond * 20 < pages.len() - want, "{beyond} pages read past the read-ahead");
 }
 
 #[test]

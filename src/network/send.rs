@@ -6,12 +6,17 @@
 //! pieces between file ranges ride in the same segments as the records instead of going out as
 //! packets of their own; uncorking at the end pushes the rest.
 //!
+//! Files whose appended data bypassed the page cache (`log.io.direct`) are asked to read the
+//! response's ranges before it is written, and what follows them once it is written (on the
+//! blocking pool, a bounded number of tasks; see `log::io::direct`).
+//!
 //! # Failure behaviour
 //! Any error, including a file that ends before its range was sent (it was truncated under
 //! the slice), is returned; the caller closes the connection, because the client cannot
 //! resynchronise with a response cut short.
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncWriteExt, BufWriter, Interest};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -60,7 +65,35 @@ pub async fn send_parts(
     }
     .await;
     let uncorked = set_cork(fd, false);
+    // The device reads what these readers will likely fetch next while they take this response
+    // in; on the blocking pool, as a long hint waits for the device's queue.
+    let ahead: Vec<FileSlice> = parts
+        .into_iter()
+        .filter_map(|p| match p {
+            ResponsePart::File(f) if f.reads_ahead() => Some(f),
+            _ => None,
+        })
+        .collect();
+    if sent.is_ok() && !ahead.is_empty() {
+        read_ahead(ahead);
+    }
     sent.and(uncorked)
+}
+
+/// Read-ahead tasks queued or running on the blocking pool, at most [`MAX_READ_AHEADS`]: past
+/// that, responses skip the hint rather than queue work without bound behind a slow device.
+static READ_AHEADS: AtomicUsize = AtomicUsize::new(0);
+const MAX_READ_AHEADS: usize = 32;
+
+fn read_ahead(slices: Vec<FileSlice>) {
+    if READ_AHEADS.fetch_add(1, Ordering::Relaxed) >= MAX_READ_AHEADS {
+        READ_AHEADS.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    tokio::task::spawn_blocking(move || {
+        slices.iter().for_each(FileSlice::read_ahead);
+        READ_AHEADS.fetch_sub(1, Ordering::Relaxed);
+    });
 }
 
 /// Sends the whole slice with sendfile, waiting for the socket whenever it is full.

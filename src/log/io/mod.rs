@@ -75,6 +75,14 @@ pub trait SegmentFile: Send + Sync + fmt::Debug {
     /// never in the page cache, start reading the whole range from the device at once
     /// (`POSIX_FADV_WILLNEED`); others do nothing.
     fn will_read(&self, _pos: u64, _len: usize) {}
+    /// Whether [`SegmentFile::read_ahead`] does anything (direct-I/O files only).
+    fn reads_ahead(&self) -> bool {
+        false
+    }
+    /// A reader has read up to `pos` and will likely read on: direct-I/O files start reading
+    /// what follows from the device, so that the reader's next fetch finds it in the page cache.
+    /// Can wait for the device's queue, so callers run it off the async runtime.
+    fn read_ahead(&self, _pos: u64) {}
     /// Makes the file end where its data ends, for a clean shutdown: direct-I/O files pad their
     /// last block with zeros while appends go on. A no-op for buffered files.
     fn seal(&self) -> io::Result<()> {
@@ -126,6 +134,17 @@ impl FileSlice {
     /// Says the slice is about to be sent (see [`SegmentFile::will_read`]).
     pub fn will_read(&self) {
         self.file.will_read(self.pos, self.len);
+    }
+
+    /// Whether [`FileSlice::read_ahead`] does anything.
+    pub fn reads_ahead(&self) -> bool {
+        self.file.reads_ahead()
+    }
+
+    /// Says the slice was sent and its reader will likely read on (see
+    /// [`SegmentFile::read_ahead`]; blocking).
+    pub fn read_ahead(&self) {
+        self.file.read_ahead(self.pos + self.len as u64);
     }
 
     /// Appends the slice's bytes to `buf` with one positional read on the calling thread: a
