@@ -21,7 +21,9 @@
 //! [`Segment::recover`] scans every batch (length, magic, CRC, offset order) and truncates the
 //! file at the first one that fails, then rewrites both indexes. Opening without recovery
 //! trusts the `.log` but rebuilds a missing or malformed index and re-derives the segment's end
-//! from the last index entry onwards.
+//! from the last index entry onwards. Both first cut the zero padding a crash can leave behind
+//! direct-I/O appends (zeros from the last batch to a block boundary, `cut_zero_padding`), as
+//! no sign of damage.
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -241,10 +243,14 @@ impl Segment {
             seg.next_offset = base_offset + i64::from(r); // refined by the scan below
         }
         let mut tail = Vec::new();
-        let end = seg.scan(start_pos, false, |pos, h, _| {
+        let mut end = seg.scan(start_pos, false, |pos, h, _| {
             tail.push((pos, *h));
             ControlFlow::Continue(())
         })?;
+        // Direct appends' padding behind the last batch is no sign of damage.
+        if end.valid_end < seg.size && seg.cut_zero_padding(end.valid_end)? {
+            end.problem = None;
+        }
         let consistent = end.problem.is_none()
             && end.valid_end == seg.size
             && start_rel.is_none_or(|r| tail.first().is_some_and(|(_, h)| h.last_offset() == base_offset + i64::from(r)));
@@ -307,7 +313,7 @@ impl Segment {
             ControlFlow::Continue(())
         })?;
         let dropped = self.size - end.valid_end;
-        if dropped > 0 {
+        if dropped > 0 && !self.cut_zero_padding(end.valid_end)? {
             tracing::warn!(
                 path = %self.log_path.display(),
                 position = end.valid_end,
@@ -315,11 +321,7 @@ impl Segment {
                 reason = end.problem.as_deref().unwrap_or("unknown"),
                 "truncating corrupt or torn tail of log segment"
             );
-            self.file
-                .set_len(end.valid_end)
-                .map_err(|e| LogError::io(&self.log_path, "truncate", e))?;
-            self.size = end.valid_end;
-            self.allocated_to = end.valid_end;
+            self.cut_at(end.valid_end)?;
         }
         self.next_offset = next;
         self.max_timestamp = max_ts.0;
@@ -329,6 +331,38 @@ impl Segment {
         self.time_index = TimeIndex::create(self.time_index.path(), times)?;
         self.load_first_batch_timestamp()?;
         Ok(dropped)
+    }
+
+    /// Cuts the file at `valid_end` (where the batches stop) if all that follows is the zero
+    /// padding direct-I/O appends (`log.io.direct`) leave until a roll, flush or clean shutdown
+    /// cuts it: zeros up to the next block boundary, and nothing else. After a crash it follows
+    /// the last batch; cutting it drops no data, so it is logged at info, not as a torn tail.
+    /// Returns whether it did.
+    fn cut_zero_padding(&mut self, valid_end: u64) -> Result<bool, LogError> {
+        let block = super::io::direct::BLOCK as u64;
+        let len = self.size.saturating_sub(valid_end);
+        let padding = len > 0
+            && len < block
+            && self.size % block == 0
+            && self.read(valid_end, len as usize).is_ok_and(|b| b.iter().all(|&x| x == 0));
+        if padding {
+            tracing::info!(
+                path = %self.log_path.display(),
+                position = valid_end,
+                bytes_dropped = len,
+                "cutting the zero padding (log.io.direct) after the last batch of log segment"
+            );
+            self.cut_at(valid_end)?;
+        }
+        Ok(padding)
+    }
+
+    /// Truncates the file to `end`.
+    fn cut_at(&mut self, end: u64) -> Result<(), LogError> {
+        self.file.set_len(end).map_err(|e| LogError::io(&self.log_path, "truncate", e))?;
+        self.size = end;
+        self.allocated_to = end;
+        Ok(())
     }
 
     /// Walks batches from `from` (a batch boundary). The callback sees each batch's position,

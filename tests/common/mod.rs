@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -19,6 +20,8 @@ pub struct Broker {
     pub dir: tempfile::TempDir,
     /// The `/metrics` address, when started with `metrics.listener=...`.
     pub metrics: Option<String>,
+    /// Every WARN line the broker has logged so far.
+    warnings: Arc<Mutex<Vec<String>>>,
 }
 
 /// A topic name for kafka-protocol requests.
@@ -82,8 +85,18 @@ impl Broker {
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         let mut metrics = None;
+        let warnings = Arc::new(Mutex::new(Vec::new()));
+        let keep = {
+            let warnings = Arc::clone(&warnings);
+            move |line: &str| {
+                if line.contains(" WARN ") {
+                    warnings.lock().unwrap().push(line.to_string());
+                }
+            }
+        };
         let addr = loop {
             let line = lines.next().expect("sluice exited before listening").unwrap();
+            keep(&line);
             if let Some(rest) = line.split("sluice metrics listening on http://").nth(1) {
                 metrics = Some(rest.trim().to_string());
             }
@@ -92,8 +105,13 @@ impl Broker {
             }
         };
         // Keep draining stderr so the broker never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Broker { child, addr, dir, metrics }
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| keep(&l)));
+        Broker { child, addr, dir, metrics, warnings }
+    }
+
+    /// The WARN lines logged so far (the broker runs with `SLUICE_LOG=warn`).
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().unwrap().clone()
     }
 
     pub fn connect(&self) -> Client {

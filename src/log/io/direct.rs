@@ -49,7 +49,8 @@
 //! an `info!` line and in `sluice_log_io_backend_info{appends}`. A failed direct write is an
 //! `io::Error` like any other (the partition log poisons itself); the partial block is then
 //! read back from the file before the next append. After a crash the zero padding behind the
-//! last batch reads as a torn batch, and recovery truncates it with its usual warning. A write
+//! last batch is still there; opening the segment cuts it (`Segment::cut_zero_padding`: zeros
+//! up to a block boundary, logged at info) and otherwise trusts the segment as usual. A write
 //! that does not start at the end of the data (nothing in the log makes one today) goes
 //! through the wrapped backend.
 use std::cell::RefCell;
