@@ -54,7 +54,6 @@
 //! that does not start at the end of the data (nothing in the log makes one today) goes
 //! through the wrapped backend.
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -64,7 +63,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::{IoBackend, SegmentFile};
+use super::{IoBackend, PerFilesystem, SegmentFile};
 
 /// Alignment of a direct write's position, length and buffer. 4 KiB satisfies every Linux
 /// filesystem with a 4 KiB or smaller logical block; the probe in [`DirectBackend`] checks it.
@@ -107,7 +106,7 @@ pub struct DirectBackend {
     /// Appends from this size on go direct ([`DIRECT_FROM`]; tests lower it).
     direct_from: u64,
     /// Per filesystem (`st_dev`): whether `O_DIRECT` writes work there.
-    direct_ok: Mutex<HashMap<u64, bool>>,
+    direct_ok: PerFilesystem,
 }
 
 impl DirectBackend {
@@ -117,25 +116,24 @@ impl DirectBackend {
 
     /// Appends of `direct_from` bytes and more go direct (0: all of them).
     pub fn with_threshold(inner: Arc<dyn IoBackend>, direct_from: u64) -> DirectBackend {
-        DirectBackend { inner, direct_from, direct_ok: Mutex::new(HashMap::new()) }
+        DirectBackend { inner, direct_from, direct_ok: PerFilesystem::default() }
     }
 
     fn direct_on(&self, dev: u64, dir: &Path) -> bool {
-        let mut known = self.direct_ok.lock();
-        if let Some(&yes) = known.get(&dev) {
-            return yes;
-        }
-        let probe = direct_write_probe(dir);
-        match &probe {
-            Ok(()) => tracing::info!(dir = %dir.display(), "log.io.direct: appends on this filesystem bypass the page cache"),
-            Err(e) => tracing::info!(
-                dir = %dir.display(),
-                error = %e,
-                "log.io.direct: this filesystem refuses O_DIRECT writes; appends here stay buffered"
-            ),
-        }
-        known.insert(dev, probe.is_ok());
-        probe.is_ok()
+        self.direct_ok.get(dev, || match direct_write_probe(dir) {
+            Ok(()) => {
+                tracing::info!(dir = %dir.display(), "log.io.direct: appends on this filesystem bypass the page cache");
+                true
+            }
+            Err(e) => {
+                tracing::info!(
+                    dir = %dir.display(),
+                    error = %e,
+                    "log.io.direct: this filesystem refuses O_DIRECT writes; appends here stay buffered"
+                );
+                false
+            }
+        })
     }
 }
 
@@ -181,8 +179,7 @@ impl IoBackend for DirectBackend {
     }
 
     fn append_path(&self) -> &'static str {
-        let known = self.direct_ok.lock();
-        match (known.values().any(|&y| y), known.values().any(|&y| !y)) {
+        match self.direct_ok.answers() {
             (true, false) => "direct",
             (true, true) => "mixed",
             _ => self.inner.append_path(),

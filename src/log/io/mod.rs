@@ -260,6 +260,36 @@ pub(crate) fn test_backends() -> Vec<Arc<dyn IoBackend>> {
     v
 }
 
+/// A yes/no property of each filesystem holding log dirs (by `st_dev`), found by a probe the
+/// first time a file or dir on it is seen: whether O_DIRECT writes work there, whether io_uring
+/// completes buffered writes inline.
+#[derive(Debug, Default)]
+pub(crate) struct PerFilesystem(parking_lot::Mutex<std::collections::HashMap<u64, bool>>);
+
+impl PerFilesystem {
+    /// The answer for filesystem `dev`, running `probe` if it is the first time (under the lock,
+    /// so each filesystem is probed once).
+    pub(crate) fn get(&self, dev: u64, probe: impl FnOnce() -> bool) -> bool {
+        *self.0.lock().entry(dev).or_insert_with(probe)
+    }
+
+    /// Which answers there are so far: (any yes, any no).
+    pub(crate) fn answers(&self) -> (bool, bool) {
+        let known = self.0.lock();
+        (known.values().any(|&y| y), known.values().any(|&y| !y))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set(&self, dev: u64, yes: bool) {
+        self.0.lock().insert(dev, yes);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

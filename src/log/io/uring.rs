@@ -40,7 +40,6 @@
 //! one that fails after taking it keeps waiting for the completion rather than give up buffers
 //! the kernel may still read.
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -49,10 +48,9 @@ use std::path::Path;
 
 use bytes::Bytes;
 use io_uring::{opcode, squeue, types, IoUring};
-use parking_lot::Mutex;
 
 use super::std_backend::pwritev_all;
-use super::{IoBackend, SegmentFile};
+use super::{IoBackend, PerFilesystem, SegmentFile};
 
 /// One operation is in flight at a time; a few spare entries cost nothing.
 const RING_ENTRIES: u32 = 8;
@@ -160,7 +158,7 @@ pub enum WritePath {
 pub struct UringBackend {
     writes: WritePath,
     /// Per filesystem (`st_dev`): whether buffered writes complete inside io_uring.
-    async_writes: Mutex<HashMap<u64, bool>>,
+    async_writes: PerFilesystem,
 }
 
 impl UringBackend {
@@ -168,7 +166,7 @@ impl UringBackend {
     pub fn new(writes: WritePath) -> io::Result<UringBackend> {
         let nop = opcode::Nop::new().build().user_data(0x5eed);
         match with_ring(|ring| submit_one(ring, &nop)) {
-            Some(Ok(r)) if r >= 0 => Ok(UringBackend { writes, async_writes: Mutex::new(HashMap::new()) }),
+            Some(Ok(r)) if r >= 0 => Ok(UringBackend { writes, async_writes: PerFilesystem::default() }),
             Some(Ok(r)) => Err(io::Error::other(format!("io_uring probe NOP failed: result {r}"))),
             Some(Err(e)) => Err(e),
             None => Err(new_ring().err().unwrap_or_else(|| io::Error::other("io_uring ring setup failed"))),
@@ -200,8 +198,7 @@ impl IoBackend for UringBackend {
         if self.writes == WritePath::Ring {
             return "io_uring";
         }
-        let known = self.async_writes.lock();
-        match (known.values().any(|&y| y), known.values().any(|&y| !y)) {
+        match self.async_writes.answers() {
             (true, true) => "mixed",
             (true, false) => "io_uring",
             _ => "pwritev",
@@ -213,19 +210,16 @@ impl UringBackend {
     /// Whether appends on filesystem `dev` (holding `dir`) go through the ring; probed once per
     /// filesystem, see [`async_buffered_writes`].
     fn ring_writes_on(&self, dev: u64, dir: &Path) -> bool {
-        let mut known = self.async_writes.lock();
-        if let Some(&yes) = known.get(&dev) {
-            return yes;
-        }
-        let yes = async_buffered_writes(dir);
-        tracing::info!(
-            dir = %dir.display(),
-            async_buffered_writes = yes,
-            "io_uring: segment writes on this filesystem go {}",
-            if yes { "through the ring" } else { "inline with pwritev (io_uring would hand each to a kernel worker)" }
-        );
-        known.insert(dev, yes);
-        yes
+        self.async_writes.get(dev, || {
+            let yes = async_buffered_writes(dir);
+            tracing::info!(
+                dir = %dir.display(),
+                async_buffered_writes = yes,
+                "io_uring: segment writes on this filesystem go {}",
+                if yes { "through the ring" } else { "inline with pwritev (io_uring would hand each to a kernel worker)" }
+            );
+            yes
+        })
     }
 }
 
@@ -382,12 +376,12 @@ mod tests {
         let expected = if async_buffered_writes(dir.path()) { "io_uring" } else { "pwritev" };
         assert_eq!(auto.append_path(), expected);
         // Another filesystem answering the other way makes it mixed.
-        auto.async_writes.lock().insert(u64::MAX, expected == "pwritev");
+        auto.async_writes.set(u64::MAX, expected == "pwritev");
         assert_eq!(auto.append_path(), "mixed");
         let ring = UringBackend::new(WritePath::Ring).unwrap();
         ring.prepare_dir(dir.path());
         assert_eq!(ring.append_path(), "io_uring");
-        assert!(ring.async_writes.lock().is_empty(), "an explicit ring backend does not probe");
+        assert!(ring.async_writes.is_empty(), "an explicit ring backend does not probe");
     }
 
     #[test]
