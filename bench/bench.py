@@ -311,8 +311,8 @@ def latest_offsets(topic, parts):
 
 
 # ---------------------------------------------------------------- workloads
-def produce_cmd(toolname, topic, acks):
-    n, size = CFG["records"], CFG["record_size"]
+def produce_cmd(toolname, topic, acks, n):
+    size = CFG["record_size"]
     if toolname == "perftest":
         props = ["acks=all", "enable.idempotence=true"] if acks == "all" else ["acks=1", "enable.idempotence=false"]
         return tool("kafka-producer-perf-test.sh") + [
@@ -347,9 +347,10 @@ def parse_produce(toolname, rc, out, err):
     return j
 
 
-def timed_read(b, rnd, sampler, key, cmd):
+def timed_read(b, rnd, res, sampler, key, cmd):
     """One catch-up read by a load generator that prints a JSON line with "bytes": its result plus
-    broker CPU (total and per GiB read), client CPU and wall time, and peak broker RSS."""
+    broker CPU (total and per GiB read), client CPU and wall time, and peak broker RSS, stored
+    under `key`."""
     sampler.reset()
     cpu0 = proc_cpu_s(b.pid)
     rc, out, err, wall, ccpu = run_client(cmd, timeout=900)
@@ -359,28 +360,32 @@ def timed_read(b, rnd, sampler, key, cmd):
               "rss_peak_mib": sampler.max})
     if r.get("bytes"):
         r["broker_cpu_s_per_gib"] = r["broker_cpu_s"] / (r["bytes"] / 2**30)
+    res[key] = r
     log(b.name, rnd, key, r)
     return r
 
 
-def produce_run(b, rnd, res, sampler, toolname, acks, topic, parts, key, perf_out=None):
-    """One produce run into `topic`, new with `parts` partitions: the tool's result plus broker CPU
-    (total and per GiB), client CPU and wall time and peak broker RSS, stored under `key`. With
+def produce_run(b, rnd, res, sampler, toolname, acks, topic, parts, key, perf_out=None, records=None, config=None):
+    """One produce run of `records` (default: the configured count) into `topic`, new with `parts`
+    partitions and topic `config` ("k=v,k=v") if given: the tool's result plus broker CPU (total
+    and per GiB), client CPU and wall time and peak broker RSS, stored under `key`. With
     `perf_out`, perf records the broker meanwhile."""
-    n, size = CFG["records"], CFG["record_size"]
-    create_topics([(topic, parts)])
+    n, size = records or CFG["records"], CFG["record_size"]
+    create_topics([(topic, parts, config)] if config else [(topic, parts)])
     cpu0 = proc_cpu_s(b.pid)
     sampler.reset()
     perf = None
     if perf_out:
         perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-g", "-p", str(b.pid), "-o", perf_out],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rc, out, err, wall, ccpu = run_client(produce_cmd(toolname, topic, acks))
+    rc, out, err, wall, ccpu = run_client(produce_cmd(toolname, topic, acks, n))
     if perf:
         perf.send_signal(signal.SIGINT); perf.wait()
     cpu = proc_cpu_s(b.pid) - cpu0
     r = parse_produce(toolname, rc, out, err)
     r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall, "rss_peak_mib": sampler.max})
+    if config:
+        r["topic_config"] = config
     if "error" not in r:
         r["broker_cpu_s_per_gib"] = cpu / (r.get("records", n) * size / 2**30)
     res[key] = r
@@ -388,8 +393,8 @@ def produce_run(b, rnd, res, sampler, toolname, acks, topic, parts, key, perf_ou
     return r
 
 
-def latency_run(b, rnd, sampler, topic, key):
-    """End-to-end latency at the fixed rate on `topic`, new with one partition."""
+def latency_run(b, rnd, res, sampler, topic, key):
+    """End-to-end latency at the fixed rate on `topic`, new with one partition, stored under `key`."""
     create_topics([(topic, 1)])
     sampler.reset()
     rc, out, err, wall, ccpu = run_client([RDK, "latency", "-b", BOOT, "-t", topic, "-r", str(CFG["lat_rate"]),
@@ -398,6 +403,7 @@ def latency_run(b, rnd, sampler, topic, key):
     j = last_json(out)
     r = j if (j and rc == 0) else {"error": first_error(err) or f"exit {rc}", **(j or {})}
     r["rss_peak_mib"] = sampler.max
+    res[key] = r
     log(b.name, rnd, key, r)
     return r
 
@@ -434,11 +440,10 @@ def session_main(b, rnd, res, perf_dir):
         subprocess.run(["sync"], check=False)
         log(b.name, rnd, "sync before consume", round(time.monotonic() - t0, 2))
         topic = "p-rdk-a1-p16"
-        res["consume/rdk/p16"] = timed_read(b, rnd, sampler, "consume/rdk/p16",
-                                            [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)])
+        timed_read(b, rnd, res, sampler, "consume/rdk/p16", [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)])
         # The same read without a client library: the broker's ceiling (rdkbench saturates its CPU first).
-        res["consume/fetch/p16"] = timed_read(b, rnd, sampler, "consume/fetch/p16",
-                                              [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)])
+        timed_read(b, rnd, res, sampler, "consume/fetch/p16",
+                   [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)])
         rc, out, err, wall, ccpu = run_client(tool("kafka-consumer-perf-test.sh") + [
             "--bootstrap-server", BOOT, "--topic", topic, "--num-records", str(n), "--timeout", "30000",
             "--hide-header"], timeout=300)
@@ -463,24 +468,12 @@ def session_main(b, rnd, res, perf_dir):
         # - "durable-fm": flush.messages=1 on both, the setting a Kafka user brings along (sluice
         #   answers the append after a group-commit fsync, Kafka fsyncs inside each append).
         # A quarter of the produce size each, so the log at the kill -9 below grows little.
-        nd = max(1, n // 4)
         for variant, config in (("durable", "flush.acks.all=true" if b.name == "sluice" else "flush.messages=1"),
                                 ("durable-fm", "flush.messages=1")):
-            topic = f"{variant}-p16"
-            key = f"produce/{variant}/acks=all/p16"
-            create_topics([(topic, 16, config)])
-            cpu0 = proc_cpu_s(b.pid)
-            rc, out, err, wall, ccpu = run_client([RDK, "produce", "-b", BOOT, "-t", topic, "-n", str(nd), "-s", str(size),
-                                                   "-X", "acks=all", "-X", "enable.idempotence=true"])
-            cpu = proc_cpu_s(b.pid) - cpu0
-            r = parse_produce("rdk", rc, out, err)
-            r.update({"broker_cpu_s": cpu, "client_cpu_s": ccpu, "client_wall_s": wall, "topic_config": config})
-            if "error" not in r:
-                r["broker_cpu_s_per_gib"] = cpu / (r.get("records", nd) * size / 2**30)
-            res[key] = r
-            log(b.name, rnd, key, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()})
+            produce_run(b, rnd, res, sampler, "rdk", "all", f"{variant}-p16", 16, f"produce/{variant}/acks=all/p16",
+                        records=max(1, n // 4), config=config)
     if "latency" in wl:
-        res["latency"] = latency_run(b, rnd, sampler, "lat", "latency")
+        latency_run(b, rnd, res, sampler, "lat", "latency")
     sampler.close()
     res["rss_hwm_mib"] = proc_status(b.pid, "VmHWM")
     res["produced_gib"] = produced_bytes / 2**30
@@ -501,10 +494,10 @@ def session_main(b, rnd, res, perf_dir):
 
 
 def session_direct(b, rnd, res):
-    """Fresh sluice with log.io.direct=true (appends bypass the page cache): the rdkbench
-    produce runs with 16 partitions, the catch-up read of the acks=1 topic and the latency run,
-    under keys prefixed "direct/". The report sets them against Kafka's figures for the same
-    workloads."""
+    """Fresh sluice with log.io.direct=true (appends of 64 KiB and more bypass the page cache): the
+    rdkbench produce runs with 16 partitions, the catch-up read of the acks=1 topic and the
+    latency run (whose batches are small, so they stay buffered), under keys prefixed "direct/".
+    The report sets them against Kafka's figures for the same workloads."""
     n = CFG["records"]
     b.extra = ["--override", "log.io.direct=true"]
     try:
@@ -513,10 +506,10 @@ def session_direct(b, rnd, res):
         for acks in ("1", "all"):
             produce_run(b, rnd, res, sampler, "rdk", acks, f"d-rdk-a{acks}-p16", 16, f"direct/produce/rdk/acks={acks}/p16")
         subprocess.run(["sync"], check=False)
-        res["direct/consume/rdk/p16"] = timed_read(b, rnd, sampler, "direct/consume/rdk/p16",
-                                                   [RDK, "consume", "-b", BOOT, "-t", "d-rdk-a1-p16", "-n", str(n)])
+        timed_read(b, rnd, res, sampler, "direct/consume/rdk/p16",
+                   [RDK, "consume", "-b", BOOT, "-t", "d-rdk-a1-p16", "-n", str(n)])
         if "latency" in CFG["workloads"]:
-            res["direct/latency"] = latency_run(b, rnd, sampler, "d-lat", "direct/latency")
+            latency_run(b, rnd, res, sampler, "d-lat", "direct/latency")
         sampler.close()
     except Exception as e:  # noqa
         res["direct_error"] = str(e)[:400]

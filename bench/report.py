@@ -262,24 +262,30 @@ def chart():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [2.2, 1]})
-    labels, S, K = [], [], []
+    # A third bar, sluice with log.io.direct=true, where the direct session measured the workload.
+    labels, S, K, D = [], [], [], []
+
+    def bar(label, key, direct_key=None):
+        labels.append(label)
+        S.append(med("sluice", [key, "mbps"]) or 0)
+        K.append(med("kafka", [key, "mbps"]) or 0)
+        D.append((med("sluice", [direct_key, "mbps"]) or 0) if direct_key else 0)
     for toolname, short in (("perftest", "perf-test"), ("rdk", "rdkbench")):
         for acks in ("1", "all"):
             for p in (1, 16):
-                labels.append(f"{short}\nacks={acks}\n{p}p")
-                S.append(med("sluice", [f"produce/{toolname}/acks={acks}/p{p}", "mbps"]) or 0)
-                K.append(med("kafka", [f"produce/{toolname}/acks={acks}/p{p}", "mbps"]) or 0)
-    labels.append("rdkbench\ncatch-up\n16p")
-    S.append(med("sluice", ["consume/rdk/p16", "mbps"]) or 0)
-    K.append(med("kafka", ["consume/rdk/p16", "mbps"]) or 0)
+                key = f"produce/{toolname}/acks={acks}/p{p}"
+                bar(f"{short}\nacks={acks}\n{p}p", key, "direct/" + key if toolname == "rdk" and p == 16 else None)
+    bar("rdkbench\ncatch-up\n16p", "consume/rdk/p16", "direct/consume/rdk/p16")
     if med("sluice", ["consume/fetch/p16", "mbps"]) is not None or med("kafka", ["consume/fetch/p16", "mbps"]) is not None:
-        labels.append("raw fetch\ncatch-up\n16p")
-        S.append(med("sluice", ["consume/fetch/p16", "mbps"]) or 0)
-        K.append(med("kafka", ["consume/fetch/p16", "mbps"]) or 0)
+        bar("raw fetch\ncatch-up\n16p", "consume/fetch/p16")
     x = range(len(labels))
-    w = 0.38
-    a1.bar([i - w / 2 for i in x], S, w, label="sluice", color="#1f77b4")
-    a1.bar([i + w / 2 for i in x], K, w, label="Apache Kafka", color="#d62728")
+    direct = any(D)
+    w = 0.27 if direct else 0.38
+    off = w if direct else w / 2
+    a1.bar([i - off for i in x], S, w, label="sluice", color="#1f77b4")
+    if direct:
+        a1.bar(list(x), D, w, label="sluice, log.io.direct=true", color="#2ca02c")
+    a1.bar([i + off for i in x], K, w, label="Apache Kafka", color="#d62728")
     a1.set_xticks(list(x)); a1.set_xticklabels(labels, fontsize=8)
     a1.set_ylabel("MiB/s (1 KiB records)"); a1.set_title("Throughput (median, higher is better)")
     if C.get("tcp_loopback_mibps"):
@@ -289,8 +295,11 @@ def chart():
     keys = ["p50_ms", "p99_ms", "p999_ms"]
     S2 = [med("sluice", ["latency", k]) or 0 for k in keys]
     K2 = [med("kafka", ["latency", k]) or 0 for k in keys]
-    a2.bar([i - w / 2 for i in range(3)], S2, w, label="sluice", color="#1f77b4")
-    a2.bar([i + w / 2 for i in range(3)], K2, w, label="Apache Kafka", color="#d62728")
+    D2 = [med("sluice", ["direct/latency", k]) or 0 for k in keys]
+    a2.bar([i - off for i in range(3)], S2, w, label="sluice", color="#1f77b4")
+    if any(D2):
+        a2.bar(list(range(3)), D2, w, label="sluice, log.io.direct=true", color="#2ca02c")
+    a2.bar([i + off for i in range(3)], K2, w, label="Apache Kafka", color="#d62728")
     a2.set_xticks(range(3)); a2.set_xticklabels(pl)
     a2.set_ylabel("ms"); a2.set_yscale("log")
     a2.set_title(f"End-to-end latency at {CFG['lat_rate']} rec/s (lower is better)")
