@@ -193,6 +193,11 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
                 tracing::debug!(%peer, error = %e, "could not set SO_SNDBUF (socket.send.buffer.bytes)");
             }
         }
+        if let Some(bytes) = ctx.broker.config.socket_receive_buffer_bytes {
+            if let Err(e) = set_receive_buffer(&stream, bytes) {
+                tracing::debug!(%peer, error = %e, "could not set SO_RCVBUF (socket.receive.buffer.bytes)");
+            }
+        }
         let broker = ctx.broker.clone();
         let sessions = ctx.fetch_sessions.clone();
         tokio::spawn(async move {
@@ -211,6 +216,12 @@ fn set_send_buffer(stream: &tokio::net::TcpStream, bytes: usize) -> std::io::Res
     socket2::SockRef::from(stream).set_send_buffer_size(bytes)
 }
 
+/// Sets SO_RCVBUF (`socket.receive.buffer.bytes`, only when set; see
+/// `BrokerConfig::socket_receive_buffer_bytes` for why sluice's default is the kernel's).
+fn set_receive_buffer(stream: &tokio::net::TcpStream, bytes: usize) -> std::io::Result<()> {
+    socket2::SockRef::from(stream).set_recv_buffer_size(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,5 +238,18 @@ mod tests {
         // Below net.core.wmem_max's usual 212992, which caps what an unprivileged value gets.
         set_send_buffer(&accepted, 100_000).unwrap();
         assert_eq!(send_buffer(), 2 * 100_000);
+    }
+
+    #[tokio::test]
+    async fn socket_receive_buffer_bytes_sets_so_rcvbuf_of_an_accepted_connection() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let receive_buffer = || socket2::SockRef::from(&accepted).recv_buffer_size().unwrap();
+        // Below net.core.rmem_max's usual 212992; Linux doubles the value asked for.
+        set_receive_buffer(&accepted, 65_536).unwrap();
+        assert_eq!(receive_buffer(), 2 * 65_536);
+        set_receive_buffer(&accepted, 100_000).unwrap();
+        assert_eq!(receive_buffer(), 2 * 100_000);
     }
 }
