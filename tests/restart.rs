@@ -62,22 +62,28 @@ fn offsets(c: &mut Client, topic: &str, ts: i64) -> i64 {
     p.offset
 }
 
+/// One fetch of up to 1 MiB from partition 0 at `offset`, without waiting.
+fn fetch(c: &mut Client, topic: &str, offset: i64) -> fetch_response::PartitionData {
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+            fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(offset).with_partition_max_bytes(1 << 20),
+        ])]);
+    let mut r = c.call(&req, 12);
+    let p = r.responses.remove(0).partitions.remove(0);
+    assert_eq!(p.error_code, 0);
+    p
+}
+
 /// Reads every record from `from` to the high watermark: (offset, key, value).
 fn read_all(c: &mut Client, topic: &str, from: i64) -> Vec<(i64, String, String)> {
     let mut out = Vec::new();
     let mut offset = from;
     loop {
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_max_bytes(1 << 20)
-            .with_session_epoch(-1)
-            .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
-                fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(offset).with_partition_max_bytes(1 << 20),
-            ])]);
-        let r = c.call(&req, 12);
-        let p = &r.responses[0].partitions[0];
-        assert_eq!(p.error_code, 0);
+        let p = fetch(c, topic, offset);
         let mut data = p.records.clone().unwrap_or_default();
         if data.is_empty() {
             return out;
@@ -209,16 +215,8 @@ fn a_fetch_of_direct_appended_data_reads_ahead_what_the_consumer_fetches_next() 
     assert!(resident * 20 < pages, "{resident} of {pages} pages in the page cache before any fetch");
     // One fetch of up to 1 MiB from the start; once it is sent, the broker asks for the 8 MiB
     // behind it, which the consumer's next fetches will read.
-    let req = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name("t")).with_partitions(vec![
-            fetch_request::FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(1 << 20),
-        ])]);
-    let r = c.call(&req, 12);
-    let sent = r.responses[0].partitions[0].records.as_ref().map_or(0, |r| r.len());
+    let r = fetch(&mut c, "t", 0);
+    let sent = r.records.as_ref().map_or(0, |r| r.len());
     assert!(sent > 900 << 10, "fetched {sent} bytes");
     let want = (sent + (8 << 20)) / 4096;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

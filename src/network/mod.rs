@@ -227,29 +227,23 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn socket_send_buffer_bytes_sets_so_sndbuf_of_an_accepted_connection() {
+    async fn socket_buffer_keys_set_so_sndbuf_and_so_rcvbuf_of_an_accepted_connection() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
-        let send_buffer = || socket2::SockRef::from(&accepted).send_buffer_size().unwrap();
-        set_send_buffer(&accepted, 65_536).unwrap();
-        // Linux doubles the value asked for, to leave room for its bookkeeping.
-        assert_eq!(send_buffer(), 2 * 65_536);
-        // Below net.core.wmem_max's usual 212992, which caps what an unprivileged value gets.
-        set_send_buffer(&accepted, 100_000).unwrap();
-        assert_eq!(send_buffer(), 2 * 100_000);
-    }
-
-    #[tokio::test]
-    async fn socket_receive_buffer_bytes_sets_so_rcvbuf_of_an_accepted_connection() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (accepted, _) = listener.accept().await.unwrap();
-        let receive_buffer = || socket2::SockRef::from(&accepted).recv_buffer_size().unwrap();
-        // Below net.core.rmem_max's usual 212992; Linux doubles the value asked for.
-        set_receive_buffer(&accepted, 65_536).unwrap();
-        assert_eq!(receive_buffer(), 2 * 65_536);
-        set_receive_buffer(&accepted, 100_000).unwrap();
-        assert_eq!(receive_buffer(), 2 * 100_000);
+        let sock = socket2::SockRef::from(&accepted);
+        type Set = fn(&tokio::net::TcpStream, usize) -> std::io::Result<()>;
+        type Get = fn(&socket2::SockRef<'_>) -> std::io::Result<usize>;
+        let buffers: [(Set, Get); 2] =
+            [(set_send_buffer, |s| s.send_buffer_size()), (set_receive_buffer, |s| s.recv_buffer_size())];
+        for (set, get) in buffers {
+            // Linux doubles the value asked for, to leave room for its bookkeeping. Both values
+            // are below net.core.wmem_max / rmem_max's usual 212992, which caps what an
+            // unprivileged value gets.
+            for bytes in [65_536, 100_000] {
+                set(&accepted, bytes).unwrap();
+                assert_eq!(get(&sock).unwrap(), 2 * bytes);
+            }
+        }
     }
 }
