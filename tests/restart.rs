@@ -174,14 +174,13 @@ fn clean_restart_across_segments(backend: &str) {
     assert_eq!(produce(&mut c, "t", batch(3000, 1)), 3000);
 }
 
-/// Pages of the file resident in the page cache, and pages in all (mmap + mincore).
-/// (resident pages, pages) of the file.
+/// Pages of the file resident in the page cache, and pages in all.
 fn resident_pages(path: &std::path::Path) -> (usize, usize) {
     let pages = residency(path);
     (pages.iter().filter(|&&r| r).count(), pages.len())
 }
 
-/// Whether each page of the file is in the page cache.
+/// Whether each page of the file is in the page cache (mmap + mincore).
 fn residency(path: &std::path::Path) -> Vec<bool> {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(path).unwrap();

@@ -602,9 +602,7 @@ impl Segment {
     /// Truncates to the first batch whose last offset is >= `offset` (that batch goes too).
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
         let Some((pos, _)) = self.find_batch(offset)? else { return Ok(()) };
-        self.file.set_len(pos).map_err(|e| LogError::io(&self.log_path, "truncate", e))?;
-        self.size = pos;
-        self.allocated_to = pos;
+        self.cut_at(pos)?;
         self.recover()?;
         Ok(())
     }

@@ -67,15 +67,17 @@ pub async fn send_parts(
     let uncorked = set_cork(fd, false);
     // The device reads what these readers will likely fetch next while they take this response
     // in; on the blocking pool, as a long hint waits for the device's queue.
-    let ahead: Vec<FileSlice> = parts
-        .into_iter()
-        .filter_map(|p| match p {
-            ResponsePart::File(f) if f.reads_ahead() => Some(f),
-            _ => None,
-        })
-        .collect();
-    if sent.is_ok() && !ahead.is_empty() {
-        read_ahead(ahead);
+    if sent.is_ok() {
+        let ahead: Vec<FileSlice> = parts
+            .into_iter()
+            .filter_map(|p| match p {
+                ResponsePart::File(f) if f.reads_ahead() => Some(f),
+                _ => None,
+            })
+            .collect();
+        if !ahead.is_empty() {
+            read_ahead(ahead);
+        }
     }
     sent.and(uncorked)
 }

@@ -224,11 +224,11 @@ impl std::fmt::Debug for DirectFile {
 impl DirectFile {
     /// Asks the kernel to read `[from, to)` (cut at the data's end) into the page cache, skipping
     /// what the last hint already asked for when this one goes on from it.
-    fn advise(&self, from: u64, to: u64) {
+    fn advise(&self, mut from: u64, to: u64) {
         use std::os::fd::AsRawFd;
-        let (mut from, to) = {
+        let to = {
             let mut st = self.state.lock();
-            let (mut from, to) = (from, to.min(st.logical));
+            let to = to.min(st.logical);
             // One consumer reading through the log (the common case) asks for ranges inside or
             // right after the last hint; a hint far ahead of this range (another reader's) or
             // behind it does not count.
@@ -238,7 +238,7 @@ impl DirectFile {
             } else {
                 st.advised = to;
             }
-            (from, to)
+            to
         };
         let fd = self.std_file().as_raw_fd();
         while from < to {
