@@ -245,7 +245,9 @@ impl std::fmt::Debug for DirectFile {
 
 impl DirectFile {
     /// Asks the kernel to read `[from, to)` (cut at the data's end) into the page cache, skipping
-    /// what the last hint already asked for when this one goes on from it.
+    /// what the last hint already asked for when this one goes on from it. A reader at `from`
+    /// within [`FOLLOWING_WITHIN`] of the end marks the file followed: every fetch passes here
+    /// (`will_read`, `read_ahead`), under the lock the hint takes anyway.
     fn advise(&self, mut from: u64, to: u64) {
         use std::os::fd::AsRawFd;
         let to = {
