@@ -69,7 +69,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::{IoBackend, PerFilesystem, SegmentFile};
+use super::{direct_read, IoBackend, PerFilesystem, SegmentFile};
 
 /// Alignment of a direct write's position, length and buffer. 4 KiB satisfies every Linux
 /// filesystem with a 4 KiB or smaller logical block; the probe in [`DirectBackend`] checks it.
@@ -100,9 +100,15 @@ const STAGING_BLOCKS: usize = 256;
 /// One aligned block; a `Vec<Block>` is aligned contiguous memory without a custom allocator.
 #[repr(C, align(4096))]
 #[derive(Clone, Copy)]
-struct Block([u8; BLOCK]);
+pub(super) struct Block(pub(super) [u8; BLOCK]);
 
-fn bytes_mut(blocks: &mut [Block]) -> &mut [u8] {
+pub(super) fn bytes(blocks: &[Block]) -> &[u8] {
+    // SAFETY: `Block` is a `repr(C)` byte array whose size equals its alignment, so a slice of
+    // blocks is `len * BLOCK` initialized, contiguous bytes borrowed for as long.
+    unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), blocks.len() * BLOCK) }
+}
+
+pub(super) fn bytes_mut(blocks: &mut [Block]) -> &mut [u8] {
     // SAFETY: `Block` is a `repr(C)` byte array whose size equals its alignment, so a slice of
     // blocks is `len * BLOCK` initialized, contiguous bytes borrowed mutably for as long.
     unsafe { std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), blocks.len() * BLOCK) }
@@ -182,6 +188,7 @@ impl IoBackend for DirectBackend {
             inner,
             direct_from: self.direct_from,
             path: path.to_path_buf(),
+            reader: std::sync::OnceLock::new(),
             state: Mutex::new(Tail { logical, block: None, file_end: logical, direct: None, advised: 0, followed: None }),
         }))
     }
@@ -224,6 +231,14 @@ impl Tail {
         self.file_end > self.logical
     }
 
+    /// Marks the file followed when a fetch from `from` lies within [`FOLLOWING_WITHIN`] of the
+    /// end.
+    fn mark_if_following(&mut self, from: u64) {
+        if from.saturating_add(FOLLOWING_WITHIN) >= self.logical {
+            self.followed = Some(std::time::Instant::now());
+        }
+    }
+
     /// Whether a reader fetched near the end within the last [`FOLLOWED_FOR`].
     fn followed(&self) -> bool {
         self.followed.is_some_and(|at| at.elapsed() < FOLLOWED_FOR)
@@ -234,6 +249,9 @@ struct DirectFile {
     inner: Box<dyn SegmentFile>,
     direct_from: u64,
     path: std::path::PathBuf,
+    /// An `O_DIRECT` descriptor for fetches of ranges not in the page cache, opened by the first
+    /// one (`None` if that failed: such fetches then use `sendfile`).
+    reader: std::sync::OnceLock<Option<Arc<File>>>,
     state: Mutex<Tail>,
 }
 
@@ -252,9 +270,7 @@ impl DirectFile {
         use std::os::fd::AsRawFd;
         let to = {
             let mut st = self.state.lock();
-            if from.saturating_add(FOLLOWING_WITHIN) >= st.logical {
-                st.followed = Some(std::time::Instant::now());
-            }
+            st.mark_if_following(from);
             let to = to.min(st.logical);
             // One consumer reading through the log (the common case) asks for ranges inside or
             // right after the last hint; a hint far ahead of this range (another reader's) or
@@ -391,6 +407,22 @@ impl SegmentFile for DirectFile {
         true
     }
 
+    fn direct_reader(&self, pos: u64, len: usize) -> Option<Arc<File>> {
+        self.state.lock().mark_if_following(pos);
+        if !direct_read::is_mostly_uncached(self.std_file(), pos, len) {
+            return None;
+        }
+        self.reader
+            .get_or_init(|| match OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&self.path) {
+                Ok(f) => Some(Arc::new(f)),
+                Err(e) => {
+                    tracing::debug!(path = %self.path.display(), error = %e, "no O_DIRECT reader; fetches of this file use sendfile");
+                    None
+                }
+            })
+            .clone()
+    }
+
     fn read_ahead(&self, pos: u64) {
         self.advise(pos, pos + READ_AHEAD);
     }
@@ -413,7 +445,7 @@ impl SegmentFile for DirectFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::io::StdBackend;
+    use crate::log::io::{residency, StdBackend};
 
     /// A direct backend over std in a fresh dir, or `None` (with a note) where the filesystem
     /// holding the temp dir refuses O_DIRECT.
@@ -434,23 +466,6 @@ mod tests {
     /// Pages of the file resident in the page cache (mmap + mincore).
     fn resident_pages(file: &File) -> usize {
         residency(file).iter().filter(|&&r| r).count()
-    }
-
-    /// Whether each page of the file is resident in the page cache (mmap + mincore).
-    fn residency(file: &File) -> Vec<bool> {
-        use std::os::fd::AsRawFd;
-        let len = file.metadata().unwrap().len() as usize;
-        let page = 4096;
-        // SAFETY: a shared read-only mapping of an open file, unmapped before returning; mincore
-        // writes one byte per page into a vector of exactly that many bytes.
-        unsafe {
-            let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
-            assert_ne!(map, libc::MAP_FAILED);
-            let mut vec = vec![0u8; len.div_ceil(page)];
-            assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
-            libc::munmap(map, len);
-            vec.iter().map(|&b| b & 1 == 1).collect()
-        }
     }
 
     #[test]
@@ -586,6 +601,42 @@ mod tests {
         let end = far * chunk.len();
         behind.write_at(end as u64, std::slice::from_ref(&chunk)).unwrap();
         assert_eq!(resident_in(&*behind, end, end + chunk.len()), 0, "a far reader made the append buffered");
+    }
+
+    #[test]
+    fn a_fetch_of_uncached_direct_appends_reads_them_directly_and_cached_data_from_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(b) = direct_in(dir.path()) else { return };
+        let f = b.open(&dir.path().join("f.log")).unwrap();
+        let data: Vec<u8> = (0..(4usize << 20) + 777).map(|i| (i % 253) as u8 + 1).collect();
+        f.write_at(0, &[Bytes::from(data.clone())]).unwrap();
+        // An unaligned range over several pieces, as a fetch of a few batches would be.
+        let (pos, len) = (4000u64, 3 * direct_read::READ_CHUNK + 12_345);
+        let Some(reader) = f.direct_reader(pos, len) else {
+            eprintln!("cachestat unavailable here; direct reads not tested");
+            return;
+        };
+        let mut back = Vec::new();
+        for (from, to) in direct_read::chunks(pos, len) {
+            back.extend_from_slice(direct_read::read(&reader, from, to).unwrap().bytes());
+        }
+        assert!(back[..] == data[pos as usize..pos as usize + len], "bytes read directly differ");
+        assert_eq!(resident_pages(f.std_file()), 0, "a direct read filled the page cache");
+        // The last bytes, up to the data's end in a padded block.
+        let end = data.len() as u64;
+        let r = direct_read::read(&reader, end - 10, end).unwrap();
+        assert_eq!(r.bytes(), &data[data.len() - 10..]);
+        // Past the data's end (and the file's) is a short file, not zeros.
+        let past = direct_read::read(&reader, end, end + 2 * BLOCK as u64 + 1);
+        assert_eq!(past.err().map(|e| e.kind()), Some(io::ErrorKind::UnexpectedEof));
+
+        // A small append is dirty in the page cache: its range is sent from there.
+        f.write_at(end, &[Bytes::from_static(b"small")]).unwrap();
+        assert!(f.direct_reader(end, 5).is_none(), "a dirty range read directly");
+        // So is a range the page cache holds once someone read it through.
+        f.std_file().read_exact_at(&mut vec![0; 1 << 20], 0).unwrap();
+        assert!(f.direct_reader(0, 1 << 20).is_none(), "a cached range read directly");
+        assert!(f.direct_reader(2 << 20, 1 << 20).is_some(), "an uncached range not read directly");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //!
 //! Only a segment's `.log` file goes through [`SegmentFile`]; indexes and checkpoints are small
 //! and use `std::fs` directly. Fetches do not read through the backend at all: they take a
-//! [`FileSlice`] of the file and the connection sends it with `sendfile(2)`. Both backends do positional I/O (no shared file cursor), so a
-//! reader and the appender never disturb each other.
+//! [`FileSlice`] of the file and the connection sends it with `sendfile(2)` (or, for directly
+//! appended data not in the page cache, reads it with `O_DIRECT`: [`direct_read`]). Both
+//! backends do positional I/O (no shared file cursor), so a reader and the appender never
+//! disturb each other.
 //!
 //! Choosing: [`select_backend`] with [`IoBackendChoice::Auto`] probes io_uring (ring setup plus
 //! one NOP round trip). Where that fails — Docker's default seccomp profile blocks
@@ -31,6 +33,7 @@ use bytes::{Bytes, BytesMut};
 #[path = "std.rs"]
 pub mod std_backend;
 pub mod direct;
+pub mod direct_read;
 pub mod uring;
 
 pub use direct::DirectBackend;
@@ -78,6 +81,13 @@ pub trait SegmentFile: Send + Sync + fmt::Debug {
     /// Whether [`SegmentFile::read_ahead`] does anything (direct-I/O files only).
     fn reads_ahead(&self) -> bool {
         false
+    }
+    /// For a fetch of `len` bytes at `pos`: a descriptor opened with `O_DIRECT` to read the range
+    /// with, instead of sending it from the page cache, when the file's appends bypass the page
+    /// cache and most of the range is not there (direct-I/O files, see [`direct_read`]). `None`:
+    /// send it with `sendfile`.
+    fn direct_reader(&self, _pos: u64, _len: usize) -> Option<Arc<File>> {
+        None
     }
     /// A reader has read up to `pos` and will likely read on: direct-I/O files start reading
     /// what follows from the device, so that the reader's next fetch finds it in the page cache.
@@ -139,6 +149,12 @@ impl FileSlice {
     /// Whether [`FileSlice::read_ahead`] does anything.
     pub fn reads_ahead(&self) -> bool {
         self.file.reads_ahead()
+    }
+
+    /// The descriptor to read the slice with directly, if it should be (see
+    /// [`SegmentFile::direct_reader`]).
+    pub fn direct_reader(&self) -> Option<Arc<File>> {
+        self.file.direct_reader(self.pos, self.len)
     }
 
     /// Says the slice was sent and its reader will likely read on (see
@@ -258,6 +274,24 @@ pub(crate) fn test_backends() -> Vec<Arc<dyn IoBackend>> {
     v.push(Arc::new(DirectBackend::with_threshold(portable, 0)));
     v.push(Arc::new(DirectBackend::new(default)));
     v
+}
+
+/// Whether each page of the file is resident in the page cache (mmap + mincore; tests).
+#[cfg(test)]
+pub(crate) fn residency(file: &File) -> Vec<bool> {
+    use std::os::fd::AsRawFd;
+    let len = file.metadata().unwrap().len() as usize;
+    let page = 4096;
+    // SAFETY: a shared read-only mapping of an open file, unmapped before returning; mincore
+    // writes one byte per page into a vector of exactly that many bytes.
+    unsafe {
+        let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+        assert_ne!(map, libc::MAP_FAILED);
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        assert_eq!(libc::mincore(map, len, vec.as_mut_ptr()), 0);
+        libc::munmap(map, len);
+        vec.iter().map(|&b| b & 1 == 1).collect()
+    }
 }
 
 /// A yes/no property of each filesystem holding log dirs (by `st_dev`), found by a probe the
