@@ -135,7 +135,14 @@ fn scrape_reports_what_was_produced_and_fetched() {
     assert_eq!(v(r#"sluice_partition_isr_size{topic="m",partition="0"}"#), 1.0);
     assert_eq!(v(&format!(r#"sluice_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"))), 1.0);
     let backend = text.lines().find(|l| l.starts_with("sluice_log_io_backend_info{")).expect("backend info series");
-    let consistent = [r#"{backend="io_uring",appends="pwritev"} 1"#, r#"{backend="io_uring",appends="io_uring"} 1"#, r#"{backend="std",appends="pwritev"} 1"#];
+    // Appends are direct by default, buffered where the filesystem refuses O_DIRECT (tmpfs).
+    let consistent = [
+        r#"{backend="io_uring",appends="direct"} 1"#,
+        r#"{backend="std",appends="direct"} 1"#,
+        r#"{backend="io_uring",appends="pwritev"} 1"#,
+        r#"{backend="io_uring",appends="io_uring"} 1"#,
+        r#"{backend="std",appends="pwritev"} 1"#,
+    ];
     assert!(consistent.iter().any(|s| backend.ends_with(s)), "{backend}");
     assert!(v("process_resident_memory_bytes") > 0.0);
     assert!(v("process_open_fds") > 0.0);

@@ -144,7 +144,7 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("max.connections.per.ip", "2147483647"),
     ("socket.send.buffer.bytes", "102400"),
     ("log.io.backend", "auto"),
-    ("log.io.direct", "false"),
+    ("log.io.direct", "true"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("metrics.listener", DEFAULT_METRICS_LISTENER),
     ("log.level", "info"),
@@ -457,7 +457,7 @@ mod tests {
         assert_eq!(c.topic_defaults.get("segment.bytes").unwrap(), "1073741824");
         assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "604800000");
         assert_eq!(c.producer_id_expiration_ms, 86_400_000);
-        assert!(!c.io_direct);
+        assert!(c.io_direct);
     }
 
     #[test]
@@ -468,7 +468,7 @@ mod tests {
         assert!(err.contains("log.io.backend") && err.contains("auto, uring, std"), "{err}");
         let err = load(&[("log.io.direct", "yes")]).err().unwrap().to_string();
         assert!(err.contains("log.io.direct") && err.contains("yes"), "{err}");
-        assert!(load(&[("log.io.direct", "true")]).unwrap().config.io_direct);
+        assert!(!load(&[("log.io.direct", "false")]).unwrap().config.io_direct);
         let err = load(&[("listeners", "localhost:9092")]).err().unwrap().to_string();
         assert!(err.contains("listeners") && err.contains("NAME://host:port"), "{err}");
         let err = load(&[("log.segment.bytes", "10")]).err().unwrap().to_string();
