@@ -825,3 +825,28 @@ fn index_entries_lost_with_a_crash_are_restored_on_reopen() {
         }
     }
 }
+
+#[test]
+fn index_entries_reach_the_file_before_the_batches_behind_them_span_a_few_mib() {
+    use crate::log::segment::INDEX_WRITE_SPAN;
+    for io in test_backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), LogConfig::default(), &io);
+        // Batches of ~200 KiB, as a loaded producer sends: each gets an index entry, and 60 of
+        // them are far from a full group of entries but span 12 MiB.
+        let batch = 200_000;
+        for i in 0..60 {
+            log.append_as_leader(batch_with(1, i, batch).into(), 0, i).unwrap();
+        }
+        let size = log.segments.last().unwrap().size();
+        assert!(log.segments.last().unwrap().offset_index().entries().len() < crate::log::index::PENDING_WRITE_BYTES / 8);
+        drop(log); // no flush, as with kill -9
+        let on_file = fs::read(dir.path().join("00000000000000000000.index")).unwrap();
+        let last = on_file.chunks_exact(8).last().map_or(0, |e| u64::from(u32::from_be_bytes([e[4], e[5], e[6], e[7]])));
+        // What a start after the kill re-reads: from the last entry on file to the end, at most
+        // the span and the batch that crossed it, here a third of the log.
+        let behind = size - last;
+        assert!(INDEX_WRITE_SPAN * 2 < size, "the test's log is too short to show the bound");
+        assert!(behind <= INDEX_WRITE_SPAN + batch as u64 + 100, "{}: {behind} bytes behind the last entry on file", io.name());
+    }
+}
