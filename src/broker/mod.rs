@@ -161,6 +161,13 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Partitions opened at once at startup. Opening one reads the log behind its last index entry
+/// and the batch headers since its newest producer snapshot, each read waiting for the device
+/// when the data is not in the page cache (as after direct appends), so the opens of different
+/// partitions overlap well. 64 partitions of 2 GiB topics after kill -9 (direct appends, one
+/// run each): 315 ms one at a time, 174 ms eight at a time.
+const OPEN_THREADS: usize = 8;
+
 impl Broker {
     /// Formats empty log dirs, then opens every partition directory found.
     pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
@@ -226,7 +233,7 @@ impl Broker {
     }
 
     /// Opens every partition directory of the log dirs, each active segment checked as `checks`
-    /// says for its log dir.
+    /// says for its log dir, on up to [`OPEN_THREADS`] threads.
     fn load_topics(&self, checks: &HashMap<PathBuf, ActiveCheck>) -> Result<(), BrokerError> {
         // topic -> (partition -> dir)
         let mut found: BTreeMap<String, BTreeMap<i32, PathBuf>> = BTreeMap::new();
@@ -247,7 +254,18 @@ impl Broker {
             }
         }
         let started = std::time::Instant::now();
-        let mut count = 0usize;
+        // Each topic's settings first, then every partition opened, [`OPEN_THREADS`] at a time.
+        struct ToOpen {
+            name: String,
+            topic_name: Arc<str>,
+            id: Uuid,
+            log_config: log::LogConfig,
+            overrides: BTreeMap<String, String>,
+            /// Indexes into `jobs` of partitions 0, 1, ...
+            jobs: std::ops::Range<usize>,
+        }
+        let mut topics = Vec::new();
+        let mut jobs: Vec<(usize, i32, PathBuf, ActiveCheck)> = Vec::new();
         for (name, parts) in found {
             let overrides = self.topic_configs.lock().get(&name);
             let log_config = topic_config::log_config(&topic_config::effective(&self.topic_defaults.read(), &overrides));
@@ -260,8 +278,7 @@ impl Broker {
                 }
             }
             let id = id.unwrap_or_else(metadata::random_kafka_uuid);
-            let topic_name: Arc<str> = Arc::from(name.as_str());
-            let mut partitions = Vec::new();
+            let first = jobs.len();
             for p in 0..=max {
                 let dir = match parts.get(&p) {
                     Some(d) => d.clone(),
@@ -271,16 +288,41 @@ impl Broker {
                     }
                 };
                 let check = dir.parent().and_then(|d| checks.get(d)).copied().unwrap_or(ActiveCheck::Crc);
-                let part = self.open_partition(&topic_name, p, id, &dir, log_config.clone(), NewPartition::No(check))?;
-                partitions.push(part);
-                count += 1;
+                jobs.push((topics.len(), p, dir, check));
+            }
+            let topic_name: Arc<str> = Arc::from(name.as_str());
+            topics.push(ToOpen { name, topic_name, id, log_config, overrides, jobs: first..jobs.len() });
+        }
+        type Opened = parking_lot::Mutex<Option<Result<Arc<Partition>, BrokerError>>>;
+        let opened: Vec<Opened> = jobs.iter().map(|_| parking_lot::Mutex::new(None)).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..OPEN_THREADS.min(jobs.len()) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((t, p, dir, check)) = jobs.get(i) else { break };
+                    let t = &topics[*t];
+                    let r = self.open_partition(&t.topic_name, *p, t.id, dir, t.log_config.clone(), NewPartition::No(*check));
+                    *opened[i].lock() = Some(r);
+                });
+            }
+        });
+        let mut opened = opened.into_iter().map(|r| r.into_inner());
+        let count = jobs.len();
+        for t in topics {
+            let mut partitions = Vec::with_capacity(t.jobs.len());
+            for _ in t.jobs {
+                match opened.next().flatten() {
+                    Some(r) => partitions.push(r?),
+                    None => unreachable!("every partition is opened before the threads end"),
+                }
             }
             let topic = Arc::new(Topic {
-                internal: name.starts_with("__"),
-                name: topic_name,
-                id,
+                internal: t.name.starts_with("__"),
+                name: t.topic_name,
+                id: t.id,
                 partitions,
-                overrides,
+                overrides: t.overrides,
             });
             self.publish(topic);
         }
