@@ -137,7 +137,9 @@ impl DirectReads {
 
     /// The next piece, in the order the ranges were given.
     async fn next(&mut self) -> io::Result<DirectRead> {
-        let read = self.running.pop_front().expect("one read per piece, started in order");
+        let Some(read) = self.running.pop_front() else {
+            return Err(io::Error::other("a direct read was asked for past the response's last piece"));
+        };
         self.top_up();
         read.await.map_err(io::Error::other)?
     }

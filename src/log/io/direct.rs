@@ -1,5 +1,5 @@
-//! Direct-I/O appends (`log.io.direct=true`): the data of large appends goes from a reused,
-//! aligned buffer to the device instead of through the page cache.
+//! Direct-I/O appends (`log.io.direct=true`, the default): the data of large appends goes from a
+//! reused, aligned buffer to the device instead of through the page cache.
 //!
 //! # Why
 //! A buffered append costs a page-cache page per 4 KiB, and on a VM whose hypervisor takes
@@ -8,7 +8,9 @@
 //! and 0.15-0.2 with `O_DIRECT` (bench/METHOD.md, "Ceilings"). A direct append copies the data
 //! once into a per-thread buffer that is reused for every append, and the device takes it from
 //! there. The price: the data is not in the page cache afterwards, so fetches of it (tailing
-//! consumers, catch-up reads) read the device, and each append waits for the device.
+//! consumers, catch-up reads) read the device, and each append waits for the device. Fetches
+//! read such ranges with `O_DIRECT` into reused buffers of their own ([`super::direct_read`]),
+//! so that readers do not pay for fresh pages either.
 //!
 //! That price is only worth paying for large appends, which is where the page cache costs
 //! CPU: appends smaller than [`DIRECT_FROM`] (64 KiB) still go through the page cache. A
@@ -24,15 +26,17 @@
 //! from the device, against 4-7 MiB with it; bench VM, single runs).
 //!
 //! # How
-//! [`DirectBackend`] wraps another backend, which still opens every file and does all reads,
-//! fsyncs and truncations; fetches still `sendfile` through the page cache, which the kernel
-//! keeps coherent with direct writes by dropping cached pages a direct write covers. Only
-//! appends (writes at the end of the data) go through a second descriptor opened with
-//! `O_DIRECT` (by the first append; a seal closes it). Appended data is never in the page cache, so
-//! a fetch response asks the kernel to read each of its ranges before sending it
-//! (`will_read`), and once sent, the [`READ_AHEAD`] that follows each, on the blocking pool
-//! (`read_ahead`): a consumer reading through the log finds its next fetch read while it took
-//! in this one. Each page is asked for once per reader going through (`Tail::advised`). A direct
+//! [`DirectBackend`] wraps another backend, which still opens every file and does all reads
+//! other than fetches, fsyncs and truncations. Only appends (writes at the end of the data) go
+//! through a second descriptor opened with `O_DIRECT` (by the first append; a seal closes it).
+//! A fetch of a range mostly not in the page cache reads it through a third, read-only one
+//! (`direct_reader`, opened by the first such fetch). Other fetches `sendfile` through the page
+//! cache, which the kernel keeps coherent with direct writes by dropping cached pages a direct
+//! write covers; where the kernel cannot say what is cached (no `cachestat`), that is every
+//! fetch. As appended data is never in the page cache, such a fetch response asks the kernel to
+//! read each of its ranges before sending it (`will_read`), and once sent, the [`READ_AHEAD`]
+//! that follows each, on the blocking pool (`read_ahead`): a consumer reading through the log
+//! finds its next fetch read while it took in this one. Each page is asked for once per reader going through (`Tail::advised`). A direct
 //! write starts and ends on a [`BLOCK`] boundary, so each append rewrites the partial block the
 //! previous one left (its bytes are kept in memory: 4 KiB per segment that has been appended to)
 //! and pads its own last block with zeros.
