@@ -66,6 +66,12 @@ impl Drop for DirectRead {
     }
 }
 
+/// The whole blocks holding `[from, to)`: where they start and how many bytes they take.
+fn block_cover(from: u64, to: u64) -> (u64, u64) {
+    let start = from - from % BLOCK as u64;
+    (start, to.next_multiple_of(BLOCK as u64) - start)
+}
+
 /// Splits `[pos, pos + len)` into pieces whose block-aligned cover is at most [`READ_CHUNK`].
 pub fn chunks(pos: u64, len: usize) -> impl Iterator<Item = (u64, u64)> {
     let end = pos + len as u64;
@@ -74,7 +80,7 @@ pub fn chunks(pos: u64, len: usize) -> impl Iterator<Item = (u64, u64)> {
         if at >= end {
             return None;
         }
-        let to = end.min(at - at % BLOCK as u64 + READ_CHUNK as u64);
+        let to = end.min(block_cover(at, at).0 + READ_CHUNK as u64);
         let piece = (at, to);
         at = to;
         Some(piece)
@@ -84,8 +90,8 @@ pub fn chunks(pos: u64, len: usize) -> impl Iterator<Item = (u64, u64)> {
 /// Reads `[from, to)` of `file`, a descriptor opened with `O_DIRECT`, by reading the whole
 /// blocks that cover it (at most [`READ_CHUNK`] bytes; see [`chunks`]). Blocks on the device.
 pub fn read(file: &File, from: u64, to: u64) -> io::Result<DirectRead> {
-    let start = from - from % BLOCK as u64;
-    let cover = (to.next_multiple_of(BLOCK as u64) - start) as usize;
+    let (start, cover) = block_cover(from, to);
+    let cover = cover as usize;
     assert!(from <= to && cover <= READ_CHUNK, "direct read of {from}..{to} is not one chunk");
     let mut blocks = POOL.lock().pop().unwrap_or_default();
     blocks.resize(READ_CHUNK / BLOCK, Block([0; BLOCK]));
@@ -135,12 +141,11 @@ pub fn is_mostly_uncached(file: &File, pos: u64, len: usize) -> bool {
     if len == 0 || NO_CACHESTAT.load(Ordering::Relaxed) {
         return false;
     }
-    let start = pos - pos % BLOCK as u64;
-    let cover = (pos + len as u64).next_multiple_of(BLOCK as u64) - start;
+    let (start, cover) = block_cover(pos, pos + len as u64);
     let range = CachestatRange { off: start, len: cover };
     let mut stat = Cachestat::default();
     // SAFETY: cachestat reads one `cachestat_range` and writes one `cachestat`, both live locals
-    // laid out as the kernel's structs (five and two u64s).
+    // laid out as the kernel's structs (two and five u64s).
     let r = unsafe {
         libc::syscall(SYS_CACHESTAT, file.as_raw_fd(), &range as *const CachestatRange, &mut stat as *mut Cachestat, 0)
     };
@@ -167,7 +172,7 @@ mod tests {
             for &(from, to) in &pieces {
                 assert_eq!(from, at, "{pos}+{len}: pieces not contiguous");
                 assert!(to > from);
-                let cover = to.next_multiple_of(BLOCK as u64) - (from - from % BLOCK as u64);
+                let (_, cover) = block_cover(from, to);
                 assert!(cover <= READ_CHUNK as u64, "{pos}+{len}: piece {from}..{to} covers {cover}");
                 at = to;
             }
