@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::task::{JoinError, JoinHandle};
 
@@ -34,6 +33,8 @@ use crate::api::{self, api_versions, fetch_session::FetchSessionCache, versions,
 use crate::broker::Broker;
 use crate::metrics::{self, CloseReason, RequestTimes};
 use crate::protocol::frame::{self, FrameCheck};
+
+use super::send::ResponseWriter;
 
 /// Initial read buffer; grows only to the size of a validated frame.
 const READ_CHUNK: usize = 16 * 1024;
@@ -77,7 +78,7 @@ fn joined(r: Result<Dispatch, JoinError>) -> Dispatch {
 }
 
 /// Writes one response (never [`Dispatch::Later`]: those are awaited first).
-async fn write_reply(writer: &mut BufWriter<OwnedWriteHalf>, d: Dispatch, api_key: ApiKey, api_version: i16) -> Result<(), Closed> {
+async fn write_reply(writer: &mut ResponseWriter, d: Dispatch, api_key: ApiKey, api_version: i16) -> Result<(), Closed> {
     match d {
         Dispatch::Respond(resp) => writer.write_all(&resp).await.map_err(Closed::Io),
         Dispatch::Stream(parts) => super::send::send_parts(writer, parts).await.map_err(Closed::Io),
@@ -88,7 +89,7 @@ async fn write_reply(writer: &mut BufWriter<OwnedWriteHalf>, d: Dispatch, api_ke
 }
 
 /// Writes the held responses that are ready, oldest first, up to the first still being made.
-async fn write_ready(held: &mut VecDeque<Held>, writer: &mut BufWriter<OwnedWriteHalf>) -> Result<(), Closed> {
+async fn write_ready(held: &mut VecDeque<Held>, writer: &mut ResponseWriter) -> Result<(), Closed> {
     loop {
         let ready = match held.front() {
             None => return Ok(()),
@@ -111,7 +112,7 @@ async fn write_ready(held: &mut VecDeque<Held>, writer: &mut BufWriter<OwnedWrit
 }
 
 /// Writes every held response, waiting for those still being made.
-async fn drain_held(held: &mut VecDeque<Held>, writer: &mut BufWriter<OwnedWriteHalf>) -> Result<(), Closed> {
+async fn drain_held(held: &mut VecDeque<Held>, writer: &mut ResponseWriter) -> Result<(), Closed> {
     while let Some(front) = held.front_mut() {
         if let Reply::Later(task) = &mut front.reply {
             front.reply = Reply::Ready(joined(task.await));
@@ -131,7 +132,7 @@ enum Closed {
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, sessions: Arc<FetchSessionCache>) {
     let (mut reader, writer) = stream.into_split();
-    let mut writer = BufWriter::with_capacity(64 * 1024, writer);
+    let mut writer = ResponseWriter::new(BufWriter::with_capacity(64 * 1024, writer));
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let max = broker.config.socket_request_max_bytes;
     let mut client_id: Option<String> = None;

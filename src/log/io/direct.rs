@@ -193,7 +193,7 @@ impl IoBackend for DirectBackend {
             direct_from: self.direct_from,
             path: path.to_path_buf(),
             reader: std::sync::OnceLock::new(),
-            state: Mutex::new(Tail { logical, block: None, file_end: logical, direct: None, advised: 0, followed: None }),
+            state: Mutex::new(Tail { logical, block: None, file_end: logical, direct: None, advised: 0, followed: None, truncations: 0 }),
         }))
     }
 
@@ -228,6 +228,8 @@ struct Tail {
     advised: u64,
     /// When a fetch last read from within [`FOLLOWING_WITHIN`] of the end (see the module doc).
     followed: Option<std::time::Instant>,
+    /// `set_len` calls so far ([`SegmentFile::truncations`]).
+    truncations: u64,
 }
 
 impl Tail {
@@ -391,6 +393,7 @@ impl SegmentFile for DirectFile {
         st.block = None;
         self.inner.set_len(len)?;
         st.logical = len;
+        st.truncations += 1;
         st.advised = st.advised.min(len);
         st.file_end = len;
         Ok(())
@@ -425,6 +428,19 @@ impl SegmentFile for DirectFile {
                 }
             })
             .clone()
+    }
+
+    fn direct_ahead(&self, pos: u64, len: usize) -> Option<(Arc<File>, u64)> {
+        let data = self.state.lock().logical.saturating_sub(pos).min(len as u64);
+        if data == 0 || !direct_read::is_mostly_uncached(self.std_file(), pos, data as usize) {
+            return None;
+        }
+        let reader = self.reader.get()?.clone()?;
+        Some((reader, data))
+    }
+
+    fn truncations(&self) -> u64 {
+        self.state.lock().truncations
     }
 
     fn read_ahead(&self, pos: u64) {
@@ -633,6 +649,10 @@ mod tests {
         // Past the data's end (and the file's) is a short file, not zeros.
         let past = direct_read::read(&reader, end, end + 2 * BLOCK as u64 + 1);
         assert_eq!(past.err().map(|e| e.kind()), Some(io::ErrorKind::UnexpectedEof));
+        // Reading ahead goes with the same descriptor, up to the data's end and not past it.
+        let (ahead, n) = f.direct_ahead(2 << 20, 4 << 20).expect("uncached data ahead");
+        assert!(Arc::ptr_eq(&ahead, &reader) && n == end - (2 << 20), "{n}");
+        assert!(f.direct_ahead(end, 1 << 20).is_none(), "read ahead past the data");
 
         // A small append is dirty in the page cache: its range is sent from there.
         f.write_at(end, &[Bytes::from_static(b"small")]).unwrap();
@@ -641,6 +661,11 @@ mod tests {
         f.std_file().read_exact_at(&mut vec![0; 1 << 20], 0).unwrap();
         assert!(f.direct_reader(0, 1 << 20).is_none(), "a cached range read directly");
         assert!(f.direct_reader(2 << 20, 1 << 20).is_some(), "an uncached range not read directly");
+        assert!(f.direct_ahead(0, 1 << 20).is_none(), "read ahead of a cached range");
+        // A cut counts, so that what was read ahead before it is not taken for what is there now.
+        assert_eq!(f.truncations(), 0);
+        f.set_len(end).unwrap();
+        assert_eq!(f.truncations(), 1);
     }
 
     #[test]

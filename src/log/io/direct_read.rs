@@ -38,7 +38,9 @@ use super::direct::{Block, BLOCK};
 /// The largest piece one direct read covers.
 pub const READ_CHUNK: usize = 1 << 20;
 /// Read buffers kept for reuse; more are allocated while more reads run at once, and freed.
-pub const POOLED: usize = 16;
+/// Room for what fetch responses read ahead (`network::send`, at most 32 pieces) and a few
+/// responses' reads in progress.
+pub const POOLED: usize = 40;
 
 static POOL: Mutex<Vec<Vec<Block>>> = Mutex::new(Vec::new());
 
@@ -54,6 +56,14 @@ impl DirectRead {
     /// The bytes asked for.
     pub fn bytes(&self) -> &[u8] {
         &super::direct::bytes(&self.blocks)[self.skip..self.skip + self.len]
+    }
+
+    /// The `len` bytes from `at` of the ones read, in the same buffer.
+    pub fn narrow(mut self, at: usize, len: usize) -> DirectRead {
+        assert!(at + len <= self.len, "narrowing a direct read of {} bytes to {at}+{len}", self.len);
+        self.skip += at;
+        self.len = len;
+        self
     }
 }
 
@@ -85,6 +95,15 @@ pub fn chunks(pos: u64, len: usize) -> impl Iterator<Item = (u64, u64)> {
         at = to;
         Some(piece)
     })
+}
+
+/// How far from `pos` the last of the [`chunks`] of `[pos, pos + len)` would reach if it were a
+/// whole [`READ_CHUNK`]: every range from `pos` up to there splits into the same pieces, but
+/// perhaps a shorter last one.
+pub fn whole_chunks(pos: u64, len: usize) -> usize {
+    let start = block_cover(pos, pos).0;
+    let end = (pos + len as u64 - start).next_multiple_of(READ_CHUNK as u64) + start;
+    (end - pos) as usize
 }
 
 /// Reads `[from, to)` of `file`, a descriptor opened with `O_DIRECT`, by reading the whole
@@ -179,6 +198,24 @@ mod tests {
             assert_eq!(at, pos + len as u64, "{pos}+{len}: pieces end short");
             // Only the first piece may start off a block boundary.
             assert!(pieces.iter().skip(1).all(|&(from, _)| from % BLOCK as u64 == 0), "{pieces:?}");
+        }
+    }
+
+    #[test]
+    fn whole_chunks_reach_the_end_of_the_last_piece_and_hold_every_shorter_range_in_them() {
+        for (pos, len) in [(0u64, 1usize), (4095, 2), (100, READ_CHUNK), (5000, 3 * READ_CHUNK + 17), (4096, READ_CHUNK)] {
+            let whole = whole_chunks(pos, len);
+            assert!(whole >= len && whole < len + READ_CHUNK, "{pos}+{len}: {whole}");
+            let outer: Vec<(u64, u64)> = chunks(pos, whole).collect();
+            assert_eq!(outer.len(), chunks(pos, len).count(), "{pos}+{len}: more pieces");
+            assert_eq!(block_cover(outer[outer.len() - 1].0, pos + whole as u64).1, READ_CHUNK as u64, "{pos}+{len}: last piece short");
+            // A range a little longer or shorter, as the next fetch's is, splits into pieces each
+            // inside one of these.
+            for other in [len / 2, len + 1, whole].into_iter().filter(|&o| o <= whole) {
+                for (from, to) in chunks(pos, other) {
+                    assert!(outer.iter().any(|&(f, t)| f <= from && to <= t), "{pos}+{other}: {from}..{to} not in {outer:?}");
+                }
+            }
         }
     }
 }

@@ -89,6 +89,18 @@ pub trait SegmentFile: Send + Sync + fmt::Debug {
     fn direct_reader(&self, _pos: u64, _len: usize) -> Option<Arc<File>> {
         None
     }
+    /// For reading ahead, with `O_DIRECT`, of a reader that has read up to `pos`: where the
+    /// `len` bytes from `pos` are data not in the page cache of a file whose appends bypass it
+    /// (direct-I/O files), the descriptor to read them with and how many of them there are so
+    /// far. `None` where there is nothing to read ahead that way.
+    fn direct_ahead(&self, _pos: u64, _len: usize) -> Option<(Arc<File>, u64)> {
+        None
+    }
+    /// How many times the file was cut short (`set_len`): bytes read before a cut may differ
+    /// from the bytes behind the same position afterwards, all others stay as they were.
+    fn truncations(&self) -> u64 {
+        0
+    }
     /// A reader has read up to `pos` and will likely read on: direct-I/O files start reading
     /// what follows from the device, so that the reader's next fetch finds it in the page cache.
     /// Can wait for the device's queue, so callers run it off the async runtime.
@@ -155,6 +167,17 @@ impl FileSlice {
     /// [`SegmentFile::direct_reader`]).
     pub fn direct_reader(&self) -> Option<Arc<File>> {
         self.file.direct_reader(self.pos, self.len)
+    }
+
+    /// What the reader of this slice would fetch next, to read ahead with `O_DIRECT` (see
+    /// [`SegmentFile::direct_ahead`]): the descriptor and how many bytes, at most `len`, follow.
+    pub fn direct_ahead(&self, len: usize) -> Option<(Arc<File>, u64)> {
+        self.file.direct_ahead(self.pos + self.len as u64, len)
+    }
+
+    /// See [`SegmentFile::truncations`].
+    pub fn truncations(&self) -> u64 {
+        self.file.truncations()
     }
 
     /// Says the slice was sent and its reader will likely read on (see
