@@ -13,20 +13,22 @@
 //! is written (on the blocking pool, a bounded number of tasks; see `log::io::direct`).
 //!
 //! What a reader of such ranges will likely fetch next, the bytes that follow each range it was
-//! sent directly (as many as it was sent), is read directly too once the response is written,
-//! while the client takes the response in and asks again: [`ResponseWriter`] keeps those pieces
-//! for the connection's next response, which sends a piece of its own from one that holds it.
-//! Without this the device idled between a consumer's fetches (the bench's catch-up read with
-//! librdkafka ran at two thirds of the raw fetch loop's speed). At most [`AHEAD_PER_CONNECTION`]
-//! pieces per connection and [`AHEAD_PIECES_MAX`] in all are read ahead; a response drops those
-//! of the files it reads that it does not use (pieces of partitions it leaves out wait for the
-//! next one). A piece is only used for the file it was read from, and not after the file was
-//! cut short (`SegmentFile::truncations`): an appended log's bytes change only then.
+//! sent directly (as many as it was sent, to the end of the last 1 MiB piece they fall in), is
+//! read directly too once the response is written, while the client takes the response in and
+//! asks again: [`ResponseWriter`] keeps those pieces for the connection's next response, which
+//! sends a piece of its own from one that holds it. Without this the device idled between a
+//! consumer's fetches (the bench's catch-up read with librdkafka ran at two thirds of the raw
+//! fetch loop's speed). At most [`AHEAD_PER_CONNECTION`] pieces per connection and
+//! [`AHEAD_PIECES_MAX`] in all are read ahead; a response drops those of the files it reads that
+//! it does not use (pieces of partitions it leaves out wait for the next one). A piece is only
+//! used for the file it was read from, and not after the file was cut short
+//! (`SegmentFile::truncations`): an appended log's bytes change only then.
 //!
 //! # Failure behaviour
 //! Any error, including a file that ends before its range was sent (it was truncated under
 //! the slice), is returned; the caller closes the connection, because the client cannot
-//! resynchronise with a response cut short.
+//! resynchronise with a response cut short. A piece read ahead that failed is an error only for
+//! the response that would send it; one that no response sends is dropped, failed or not.
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
