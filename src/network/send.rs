@@ -91,13 +91,14 @@ struct Ahead {
 }
 
 impl Ahead {
-    /// Takes one of [`AHEAD_PIECES_MAX`]; `None` when all are taken.
-    fn claim() -> Option<()> {
+    /// Takes one of [`AHEAD_PIECES_MAX`] for an `Ahead` about to be made (its drop gives it
+    /// back); `false` when all are taken.
+    fn claim() -> bool {
         if AHEAD_PIECES.fetch_add(1, Ordering::Relaxed) >= AHEAD_PIECES_MAX {
             AHEAD_PIECES.fetch_sub(1, Ordering::Relaxed);
-            return None;
+            return false;
         }
-        Some(())
+        true
     }
 
     fn holds(&self, reader: &Arc<File>, truncations: u64, from: u64, to: u64) -> bool {
@@ -207,10 +208,11 @@ fn read_direct_ahead(parts: &[ResponsePart], direct: &[Option<Arc<File>>]) -> Ve
     let mut jobs = Vec::new();
     'parts: for (part, reader) in parts.iter().zip(direct) {
         let (ResponsePart::File(f), Some(_)) = (part, reader) else { continue };
-        let Some((reader, len)) = f.direct_ahead(direct_read::whole_chunks(f.position() + f.len() as u64, f.len())) else { continue };
+        let next = f.position() + f.len() as u64;
+        let Some((reader, len)) = f.direct_ahead(direct_read::whole_chunks(next, f.len())) else { continue };
         let truncations = f.truncations();
-        for (from, to) in direct_read::chunks(f.position() + f.len() as u64, len as usize) {
-            if ahead.len() == AHEAD_PER_CONNECTION || Ahead::claim().is_none() {
+        for (from, to) in direct_read::chunks(next, len as usize) {
+            if ahead.len() == AHEAD_PER_CONNECTION || !Ahead::claim() {
                 break 'parts;
             }
             let (tx, rx) = oneshot::channel();
