@@ -41,6 +41,12 @@
 //! previous one left (its bytes are kept in memory: 4 KiB per segment that has been appended to)
 //! and pads its own last block with zeros.
 //!
+//! What is appended through the page cache does not stay there for good: once it lies
+//! [`RECYCLE_BEHIND`] behind the end, its pages are written back and dropped, a
+//! [`RECYCLE_STEP`] or more at a time, by one thread ([`super::recycle`]), so that the next
+//! appends reuse them instead of taking fresh memory. A reader following the producer stays
+//! within the pages kept; one further behind reads the device, as it does for direct appends.
+//!
 //! Readers may have that partial block in the page cache from before the append that completes
 //! it. The kernel drops cached pages a direct write covers, before and again after the write, so
 //! a read that follows the append sees its bytes; a test below reads behind a running appender
@@ -53,6 +59,9 @@
 //!   `logical` again, so only an active segment is ever padded.
 //! - `block`, when present, holds the file's bytes `[logical - logical % BLOCK, logical)`; a
 //!   buffered append drops it (the next direct one reads it back, from the page cache).
+//! - Every byte appended through the page cache before `recycled` has been handed to
+//!   [`super::recycle`]; `recycled` stays [`RECYCLE_BEHIND`] or more behind `logical` when it
+//!   moves (a truncation pulls it back).
 //!
 //! # Failure behaviour
 //! A log dir whose filesystem refuses `O_DIRECT` (tmpfs) keeps buffered appends, said once in
@@ -95,6 +104,12 @@ pub const FOLLOWING_WITHIN: u64 = READ_AHEAD;
 /// consumer's long poll (`fetch.max.wait.ms`, 500 ms by default), so that one waiting for data
 /// keeps it followed.
 pub const FOLLOWED_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+/// Appended data further than this behind the end has its page-cache pages given back
+/// ([`super::recycle`]): a reader within [`FOLLOWING_WITHIN`] of the end never loses a page.
+pub const RECYCLE_BEHIND: u64 = FOLLOWING_WITHIN;
+/// The least a range handed to [`super::recycle`] spans: one writeback and one drop per this much
+/// appended through the page cache.
+pub const RECYCLE_STEP: u64 = 4 << 20;
 /// One `POSIX_FADV_WILLNEED` call's length: Linux reads at most the device's read-ahead window
 /// (`read_ahead_kb`, 128 KiB by default) per call, so a longer range is asked for in pieces.
 const ADVISE_CHUNK: u64 = 128 << 10;
@@ -132,6 +147,9 @@ pub struct DirectBackend {
     direct_from: u64,
     /// Per filesystem (`st_dev`): whether `O_DIRECT` writes work there.
     direct_ok: PerFilesystem,
+    /// [`RECYCLE_BEHIND`] and [`RECYCLE_STEP`] (tests lower them).
+    recycle_behind: u64,
+    recycle_step: u64,
 }
 
 impl DirectBackend {
@@ -141,7 +159,21 @@ impl DirectBackend {
 
     /// Appends of `direct_from` bytes and more go direct (0: all of them).
     pub fn with_threshold(inner: Arc<dyn IoBackend>, direct_from: u64) -> DirectBackend {
-        DirectBackend { inner, direct_from, direct_ok: PerFilesystem::default() }
+        DirectBackend {
+            inner,
+            direct_from,
+            direct_ok: PerFilesystem::default(),
+            recycle_behind: RECYCLE_BEHIND,
+            recycle_step: RECYCLE_STEP,
+        }
+    }
+
+    /// Gives back page-cache pages `behind` bytes behind the end, `step` bytes at a time.
+    #[cfg(test)]
+    fn recycling(mut self, behind: u64, step: u64) -> DirectBackend {
+        self.recycle_behind = behind;
+        self.recycle_step = step;
+        self
     }
 
     fn direct_on(&self, dev: u64, dir: &Path) -> bool {
@@ -191,9 +223,22 @@ impl IoBackend for DirectBackend {
         Ok(Box::new(DirectFile {
             inner,
             direct_from: self.direct_from,
+            recycle_behind: self.recycle_behind,
+            recycle_step: self.recycle_step,
             path: path.to_path_buf(),
             reader: std::sync::OnceLock::new(),
-            state: Mutex::new(Tail { logical, block: None, file_end: logical, direct: None, advised: 0, followed: None, truncations: 0 }),
+            state: Mutex::new(Tail {
+                logical,
+                block: None,
+                file_end: logical,
+                direct: None,
+                advised: 0,
+                followed: None,
+                truncations: 0,
+                // What was there before it was opened is not this file's to give back.
+                recycled: logical,
+                buffered_end: 0,
+            }),
         }))
     }
 
@@ -230,6 +275,11 @@ struct Tail {
     followed: Option<std::time::Instant>,
     /// `set_len` calls so far ([`SegmentFile::truncations`]).
     truncations: u64,
+    /// Where the last range handed to [`super::recycle`] ended: the pages before it were given
+    /// back (or never taken by an append through this file).
+    recycled: u64,
+    /// Where the last append through the page cache ended.
+    buffered_end: u64,
 }
 
 impl Tail {
@@ -254,6 +304,8 @@ impl Tail {
 struct DirectFile {
     inner: Box<dyn SegmentFile>,
     direct_from: u64,
+    recycle_behind: u64,
+    recycle_step: u64,
     path: std::path::PathBuf,
     /// An `O_DIRECT` descriptor for fetches of ranges not in the page cache, opened by the first
     /// one (`None` if that failed: such fetches then use `sendfile`).
@@ -297,6 +349,18 @@ impl DirectFile {
             // reads, so a failure costs nothing but the hint (the read that follows still works).
             unsafe { libc::posix_fadvise(fd, at, n_off, libc::POSIX_FADV_WILLNEED) };
             from += n;
+        }
+    }
+
+    /// Hands the pages of data appended through the page cache that lies [`RECYCLE_BEHIND`]
+    /// behind the end to [`super::recycle`], a [`RECYCLE_STEP`] or more at a time.
+    fn recycle(&self, st: &mut Tail) {
+        let to = st.logical.saturating_sub(self.recycle_behind) / BLOCK as u64 * BLOCK as u64;
+        if st.buffered_end <= st.recycled {
+            // Only direct appends since: nothing of theirs is in the page cache.
+            st.recycled = st.recycled.max(to);
+        } else if to >= st.recycled + self.recycle_step && super::recycle::hand_over(self.path.clone(), st.recycled, to) {
+            st.recycled = to;
         }
     }
 
@@ -366,13 +430,15 @@ impl SegmentFile for DirectFile {
             self.inner.write_at(pos, parts)?;
             st.logical = st.logical.max(pos + len);
             st.file_end = st.file_end.max(pos + len);
+            st.buffered_end = st.buffered_end.max(pos + len);
             st.block = None;
-            return Ok(());
+        } else {
+            self.append(&mut st, parts)?;
+            st.logical += len;
+            // The write ended on the block boundary at or after the data's end.
+            st.file_end = st.file_end.max(st.logical.next_multiple_of(BLOCK as u64));
         }
-        self.append(&mut st, parts)?;
-        st.logical += len;
-        // The write ended on the block boundary at or after the data's end.
-        st.file_end = st.file_end.max(st.logical.next_multiple_of(BLOCK as u64));
+        self.recycle(&mut st);
         Ok(())
     }
 
@@ -395,6 +461,8 @@ impl SegmentFile for DirectFile {
         st.logical = len;
         st.truncations += 1;
         st.advised = st.advised.min(len);
+        st.recycled = st.recycled.min(len);
+        st.buffered_end = st.buffered_end.min(len);
         st.file_end = len;
         Ok(())
     }
@@ -520,6 +588,40 @@ mod tests {
     }
 
     #[test]
+    fn pages_of_buffered_appends_are_given_back_behind_the_end_and_the_data_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(b) = direct_in(dir.path()) else { return };
+        const MIB: usize = 1 << 20;
+        let b = b.recycling(MIB as u64, MIB as u64);
+        let f = b.open(&dir.path().join("f.log")).unwrap();
+        let mut expected = Vec::new();
+        let append = |f: &dyn SegmentFile, expected: &mut Vec<u8>, bytes: usize| {
+            // 16 KiB appends, below DIRECT_FROM: through the page cache.
+            for _ in 0..bytes / (16 << 10) {
+                let data: Vec<u8> = (0..16 << 10).map(|j| (expected.len() / 4096 + j) as u8).collect();
+                f.write_at(expected.len() as u64, &[Bytes::from(data.clone())]).unwrap();
+                expected.extend(data);
+            }
+        };
+        append(&*f, &mut expected, 4 * MIB);
+        // Ranges go in steps of at least 1 MiB ending 1 MiB behind the end: the first 2 MiB are
+        // given back, the last 1 MiB (where a following reader reads) never is.
+        let pages = wait_gone(f.std_file(), 0..2 * MIB / 4096);
+        assert!(!pages[..2 * MIB / 4096].iter().any(|&r| r), "pages 1 MiB and more behind the end are still cached");
+        assert!(pages[3 * MIB / 4096..].iter().all(|&r| r), "a page within 1 MiB of the end was dropped");
+        assert!(f.read_at(0, expected.len()).unwrap()[..] == expected[..], "bytes differ after their pages were dropped");
+
+        // Cut back to 1 MiB and appended again: the new data's pages are given back as well.
+        f.set_len(MIB as u64).unwrap();
+        expected.truncate(MIB);
+        append(&*f, &mut expected, 4 * MIB);
+        let pages = wait_gone(f.std_file(), MIB / 4096..3 * MIB / 4096);
+        assert!(!pages[MIB / 4096..3 * MIB / 4096].iter().any(|&r| r), "pages appended after the cut are still cached");
+        assert!(pages[4 * MIB / 4096..].iter().all(|&r| r), "a page within 1 MiB of the end was dropped");
+        assert!(f.read_at(0, expected.len()).unwrap()[..] == expected[..], "bytes differ after the cut");
+    }
+
+    #[test]
     fn direct_appends_leave_nothing_in_the_page_cache() {
         let dir = tempfile::tempdir().unwrap();
         let Some(b) = direct_in(dir.path()) else { return };
@@ -537,17 +639,27 @@ mod tests {
         assert_eq!(resident_pages(buffered.std_file()), data.len() / 4096);
     }
 
-    /// The file's residency once every page in `want` is resident, or after 10 s (a hint only
-    /// starts the reads).
-    fn wait_resident(file: &File, want: std::ops::Range<usize>) -> Vec<bool> {
+    /// The file's residency once `done` says so of it, or after 10 s (hints and page drops are
+    /// carried out by other threads).
+    fn wait_residency(file: &File, done: impl Fn(&[bool]) -> bool) -> Vec<bool> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             let pages = residency(file);
-            if pages[want.clone()].iter().all(|&r| r) || std::time::Instant::now() > deadline {
+            if done(&pages) || std::time::Instant::now() > deadline {
                 return pages;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+    }
+
+    /// The file's residency once every page in `want` is resident (or after 10 s).
+    fn wait_resident(file: &File, want: std::ops::Range<usize>) -> Vec<bool> {
+        wait_residency(file, |pages| pages[want.clone()].iter().all(|&r| r))
+    }
+
+    /// The file's residency once no page in `gone` is resident (or after 10 s).
+    fn wait_gone(file: &File, gone: std::ops::Range<usize>) -> Vec<bool> {
+        wait_residency(file, |pages| !pages[gone.clone()].iter().any(|&r| r))
     }
 
     #[test]

@@ -34,6 +34,7 @@ use bytes::{Bytes, BytesMut};
 pub mod std_backend;
 pub mod direct;
 pub mod direct_read;
+pub mod recycle;
 pub mod uring;
 
 pub use direct::DirectBackend;
