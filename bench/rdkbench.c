@@ -8,10 +8,12 @@
  *   rdkbench consume -b B -t TOPIC -n N [-X key=val]...
  *       fetch every partition of TOPIC from offset 0 (no consumer group) and read
  *       until N records arrived; prints records/s and MB/s (catch-up read).
- *   rdkbench latency -b B -t TOPIC -r RATE -d SECONDS -s SIZE [-w WARMUP] [-X ...]
+ *   rdkbench latency -b B -t TOPIC -r RATE -d SECONDS -s SIZE [-w WARMUP] [-D FILE] [-X ...]
  *       one producer and one group-less consumer (partition 0 of a new, empty topic) in one
  *       process; the producer writes its CLOCK_MONOTONIC send time into each payload at
  *       a fixed RATE/s, the consumer subtracts it on receipt. Prints p50/p99/p99.9/max.
+ *       -D writes every measured record as a line "SEND_TIME_S LATENCY_US" (CLOCK_MONOTONIC,
+ *       in receive order), to line slow records up with a scheduler trace or /proc/stat.
  *   rdkbench touch -b B -t PREFIX -T TOPICS -P PARTS [-X ...]
  *       produce one record to every partition of topics PREFIX0..PREFIX{TOPICS-1} and
  *       wait for all acks (shows that every partition is served).
@@ -34,6 +36,7 @@ static const char *brokers = "127.0.0.1:9092", *topic = "bench";
 static long long nrec = 100000;
 static int recsize = 1024, rate = 1000, topics_n = 1, parts_n = 1;
 static double duration = 10, warmup = 1;
+static const char *lat_dump; /* -D FILE */
 static char *xconf[64];
 static int nx;
 
@@ -194,7 +197,7 @@ static int do_consume(void) {
 
 /* ---------------- latency ---------------- */
 static volatile int lat_ready, lat_stop;
-static int64_t *lat_ns;
+static int64_t *lat_ns, *lat_sent;
 static long long lat_n, lat_cap, lat_recv;
 /* No sample counts until the producer has set this (records already in the topic are skipped). */
 static volatile int64_t warm_until_ns = INT64_MAX;
@@ -210,7 +213,10 @@ static void *lat_consumer(void *arg) {
       int64_t sent;
       memcpy(&sent, m->payload, 8);
       lat_recv++;
-      if (sent >= warm_until_ns && lat_n < lat_cap) lat_ns[lat_n++] = t - sent;
+      if (sent >= warm_until_ns && lat_n < lat_cap) {
+        lat_sent[lat_n] = sent;
+        lat_ns[lat_n++] = t - sent;
+      }
     } else if (m->err)
       fprintf(stderr, "rdkbench latency consumer: %s\n", rd_kafka_message_errstr(m));
     rd_kafka_message_destroy(m);
@@ -234,6 +240,8 @@ static int do_latency(void) {
   rd_kafka_queue_t *q = start_parts(c, topic, 1, 0, &crkt);
   lat_cap = (long long)(rate * (duration + 5)) + 1000;
   lat_ns = malloc(sizeof(int64_t) * lat_cap);
+  lat_sent = malloc(sizeof(int64_t) * lat_cap);
+  if (!lat_ns || !lat_sent) die("out of memory");
   pthread_t th;
   pthread_create(&th, NULL, lat_consumer, q);
   double t0 = now();
@@ -262,6 +270,12 @@ static int do_latency(void) {
   pthread_join(th, NULL);
   int64_t lag = now_ns() - start;
   (void)lag;
+  if (lat_dump) {
+    FILE *f = fopen(lat_dump, "w");
+    if (!f) die("cannot open the -D file");
+    for (long long i = 0; i < lat_n; i++) fprintf(f, "%.6f %.1f\n", lat_sent[i] / 1e9, lat_ns[i] / 1e3);
+    if (fclose(f)) die("cannot write the -D file");
+  }
   qsort(lat_ns, lat_n, sizeof(int64_t), cmp64);
   double mean = 0;
   for (long long i = 0; i < lat_n; i++) mean += lat_ns[i] / 1e6;
@@ -303,7 +317,7 @@ int main(int argc, char **argv) {
   const char *mode = argv[1];
   int o;
   optind = 2;
-  while ((o = getopt(argc, argv, "b:t:n:s:r:d:w:T:P:X:")) != -1) {
+  while ((o = getopt(argc, argv, "b:t:n:s:r:d:w:D:T:P:X:")) != -1) {
     switch (o) {
       case 'b': brokers = optarg; break;
       case 't': topic = optarg; break;
@@ -312,6 +326,7 @@ int main(int argc, char **argv) {
       case 'r': rate = atoi(optarg); break;
       case 'd': duration = atof(optarg); break;
       case 'w': warmup = atof(optarg); break;
+      case 'D': lat_dump = optarg; break;
       case 'T': topics_n = atoi(optarg); break;
       case 'P': parts_n = atoi(optarg); break;
       case 'X': if (nx < 64) xconf[nx++] = optarg; break;

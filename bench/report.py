@@ -127,6 +127,31 @@ def quiet():
     return busy < 0.1 and la < 0.5, busy, la
 
 
+def lat_setup():
+    runs = CFG.get("lat_runs", 1)
+    return f"{CFG['lat_secs']:.0f} s" if runs == 1 else f"{runs} runs of {CFG['lat_secs']:.0f} s per session (median of the runs)"
+
+
+def latency_runs():
+    """Each latency run's p99 with the host steal time during it (results that record runs only)."""
+    rows = []
+    for r in R["rounds"]:
+        for key in ("latency", "buffered/latency"):
+            lat = r.get(key)
+            if not isinstance(lat, dict) or not lat.get("runs"):
+                continue
+            who = r["broker"] + (" (log.io.direct=false)" if key.startswith("buffered/") else "")
+            cells = ", ".join("fails" if "error" in x else f"{x.get('p99_ms', 0):.2f} ms ({x.get('host_steal_s', 0):.2f} s)"
+                              for x in lat["runs"])
+            rows.append(f"| {who} | {r['round']} | {cells} |")
+    if not rows:
+        return []
+    return ["\n### Latency runs\n",
+            "p99 of every latency run, with the host steal time during it in brackets: a run the hypervisor took "
+            "the CPUs from is slower for a reason outside either broker.\n",
+            "| broker | round | p99 (host steal) per run |\n| --- | --- | --- |", *rows]
+
+
 def main():
     q, busy, la = quiet()
     L = []
@@ -144,7 +169,7 @@ def main():
         L.append("![throughput and latency](results.png)\n")
     L.append("## Setup\n")
     L.append(f"- size: **{CFG['size']}** — {CFG['records']:,} records × {CFG['record_size']} B per produce run "
-             f"({n_mib:,.0f} MiB), latency {CFG['lat_secs']:.0f} s at {CFG['lat_rate']} records/s, "
+             f"({n_mib:,.0f} MiB), latency {lat_setup()} at {CFG['lat_rate']} records/s, "
              f"{CFG['scale_partitions']:,} partitions; {CFG['rounds']} rounds per broker, order "
              f"{' '.join(CFG['order'] * CFG['rounds'])}; figures are medians over rounds (individual rounds in brackets)")
     L.append(f"- machine: {M['cpu_model']}, {M['cpus']} CPUs, {M['mem_gib']} GiB RAM, kernel {M['kernel']}, Debian {M['os']}")
@@ -155,6 +180,9 @@ def main():
     L.append(f"- sluice: `{M['sluice_version']}`, commit {M['sluice_commit']}; "
              f"Apache Kafka: {M['kafka_version']} (KRaft, broker+controller in one JVM, {M['java']}, "
              f"`{CFG['kafka_heap']}` G1 as kafka-server-start.sh); librdkafka {M['librdkafka']} (Debian)")
+    if M.get("host_steal_s") is not None:
+        L.append(f"- host steal (CPU time the hypervisor gave to others while this guest wanted it) over the whole run: "
+                 f"{M['host_steal_s']:.1f} s")
     L.append(f"- run date {M['date']}; load average {M.get('loadavg_start')} at start, {M.get('loadavg_end')} at end; "
              f"benchmark wall time {R.get('wall_s', 0)/60:.1f} min")
     L.append("")
@@ -231,6 +259,7 @@ def main():
             vals[b] = statistics.median(xs) if xs else None
         if vals["sluice"] is not None or vals["kafka"] is not None:
             L.append(f"| {lab} | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
+    L.extend(latency_runs())
     # errors and checks
     notes = []
     for r in R["rounds"]:
