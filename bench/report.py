@@ -34,7 +34,19 @@ def get(res, path):
 
 
 def values(broker, path):
-    return [v for r in R["rounds"] if r["broker"] == broker for v in [get(r, path)] if v is not None]
+    """The figure at `path` in each of the broker's rounds; for latency, in each run of each round
+    (a session makes several), so that the median is taken over all runs and one round that host
+    steal hit in two of its runs does not move it (bench/METHOD.md, "Latency")."""
+    out = []
+    for r in R["rounds"]:
+        if r["broker"] != broker:
+            continue
+        runs = r.get(path[0], {}).get("runs") if isinstance(r.get(path[0]), dict) and len(path) == 2 else None
+        if runs:
+            out += [x[path[1]] for x in runs if isinstance(x.get(path[1]), (int, float))]
+        elif (v := get(r, path)) is not None:
+            out.append(v)
+    return out
 
 
 def errors(broker, key):
@@ -129,7 +141,10 @@ def quiet():
 
 def lat_setup():
     runs = CFG.get("lat_runs", 1)
-    return f"{CFG['lat_secs']:.0f} s" if runs == 1 else f"{runs} runs of {CFG['lat_secs']:.0f} s per session (median of the runs)"
+    if runs == 1:
+        return f"{CFG['lat_secs']:.0f} s"
+    return (f"{runs} runs of {CFG['lat_secs']:.0f} s per session after {CFG.get('lat_warmup', 1):.0f} s of warm-up "
+            "(latency figures are medians over all runs, individual runs in brackets)")
 
 
 def latency_runs():
