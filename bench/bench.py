@@ -397,9 +397,8 @@ def produce_run(b, rnd, res, sampler, toolname, acks, topic, parts, key, perf_ou
 
 def host_steal_s():
     """CPU time the hypervisor gave to others while this guest wanted to run, all CPUs, since boot."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()  # "cpu user nice system idle iowait irq softirq steal ..."
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+    ticks = cpu_ticks()
+    return ticks[7] / os.sysconf("SC_CLK_TCK") if len(ticks) > 7 else 0.0
 
 
 LAT_KEYS = ("mean_ms", "p50_ms", "p99_ms", "p999_ms", "max_ms")
@@ -408,10 +407,11 @@ LAT_KEYS = ("mean_ms", "p50_ms", "p99_ms", "p999_ms", "max_ms")
 def latency_run(b, rnd, res, sampler, topic, key):
     """End-to-end latency at the fixed rate on `topic`, new with one partition, stored under `key`.
 
-    CFG["lat_runs"] runs of CFG["lat_secs"] each; every percentile stored is the median over the runs,
-    each run kept under "runs" with the host steal time during it. On a shared VM a burst of steal
-    (the hypervisor running someone else) moves a whole run's p99; the median keeps one such run from
-    deciding the figure, and the steal figures show which runs it hit. The first run sends at the rate
+    CFG["lat_runs"] runs of CFG["lat_secs"] each, kept under "runs" with the host steal time during
+    each; the percentiles stored beside them are the session's medians, for reading results.json (the
+    report takes its median over the runs of all rounds). On a shared VM a burst of steal (the
+    hypervisor running someone else) moves a whole run's p99; a median over runs keeps one such run
+    from deciding the figure, and the steal figures show which runs it hit. The first run sends at the rate
     for CFG["lat_warmup"] seconds before it counts: Kafka's p99 at this rate falls for a minute or two
     of it (its JIT compiling the paths of one-record batches), after the produce runs."""
     create_topics([(topic, 1)])
@@ -594,10 +594,15 @@ def session_scale(b, rnd, res):
 
 
 # ---------------------------------------------------------------- machine ceilings
+def cpu_ticks():
+    """/proc/stat's all-CPU line: user nice system idle iowait irq softirq steal ..., in clock ticks."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
 def cpu_busy(secs=2.0):
     def snap():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
+        v = cpu_ticks()
         return sum(v), v[3] + v[4]
     t0, i0 = snap(); time.sleep(secs); t1, i1 = snap()
     return 1 - (i1 - i0) / max(1, t1 - t0)
