@@ -20,7 +20,16 @@ import pytest
 from kafkautil import (Consumer, KafkaError, KafkaException, TopicPartition, admin, create_topic, produce_all,
                        producer, make_records, unique, watermarks)
 
-BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+# Kafka's default initial rebalance delay (3 s), so that the three workers below join the group's
+# first generation together. With no delay the first worker formed a generation of its own, owned
+# every partition for half a second and asked for their earliest offsets (no commits yet); about
+# once in 40 runs a worker later given back one of those partitions read it again from offset 0,
+# duplicating what another worker had committed. In two such runs the broker's log showed its
+# OffsetFetch answering the committed offset for that partition, and the only ListOffsets for it
+# coming a second after the second generation, for partitions the first worker no longer owned:
+# librdkafka 2.16 schedules a new offset query when a ListOffsets reply arrives after the
+# partition's assignment changed (rd_kafka_toppar_handle_Offset, "outdated offset response").
+BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "3000", "group.min.session.timeout.ms": "1000"}
 N = 100_000
 PARTITIONS = 6
 CRASH_AFTER = 5_000
