@@ -25,10 +25,11 @@ from kafkautil import (Consumer, KafkaError, KafkaException, TopicPartition, adm
 # every partition for half a second and asked for their earliest offsets (no commits yet); about
 # once in 40 runs a worker later given back one of those partitions read it again from offset 0,
 # duplicating what another worker had committed. In two such runs the broker's log showed its
-# OffsetFetch answering the committed offset for that partition, and the only ListOffsets for it
-# coming a second after the second generation, for partitions the first worker no longer owned:
-# librdkafka 2.16 schedules a new offset query when a ListOffsets reply arrives after the
-# partition's assignment changed (rd_kafka_toppar_handle_Offset, "outdated offset response").
+# OffsetFetch answering the committed offset for that partition; in the one that also logged
+# ListOffsets, the only one for it came a second after the second generation, for partitions the
+# first worker no longer owned. librdkafka 2.16 schedules a new offset query when a ListOffsets
+# reply arrives after the partition's assignment changed (rd_kafka_toppar_handle_Offset,
+# "outdated offset response"), which would explain it (read in its code, not traced).
 BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "3000", "group.min.session.timeout.ms": "1000"}
 N = 100_000
 PARTITIONS = 6
