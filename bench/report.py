@@ -41,7 +41,8 @@ def values(broker, path):
     for r in R["rounds"]:
         if r["broker"] != broker:
             continue
-        runs = r.get(path[0], {}).get("runs") if isinstance(r.get(path[0]), dict) and len(path) == 2 else None
+        sub = r.get(path[0])
+        runs = sub.get("runs") if len(path) == 2 and isinstance(sub, dict) else None
         if runs:
             out += [x[path[1]] for x in runs if isinstance(x.get(path[1]), (int, float))]
         elif (v := get(r, path)) is not None:
