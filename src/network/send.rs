@@ -14,15 +14,18 @@
 //!
 //! What a reader of such ranges will likely fetch next, the bytes that follow each range it was
 //! sent directly (as many as it was sent, to the end of the last 1 MiB piece they fall in), is
-//! read directly too once the response is written, while the client takes the response in and
-//! asks again: [`ResponseWriter`] keeps those pieces for the connection's next response, which
-//! sends a piece of its own from one that holds it. Without this the device idled between a
-//! consumer's fetches (the bench's catch-up read with librdkafka ran at two thirds of the raw
-//! fetch loop's speed). At most [`AHEAD_PER_CONNECTION`] pieces per connection and
-//! [`AHEAD_PIECES_MAX`] in all are read ahead; a response drops those of the files it reads that
-//! it does not use (pieces of partitions it leaves out wait for the next one). A piece is only
-//! used for the file it was read from, and not after the file was cut short
-//! (`SegmentFile::truncations`): an appended log's bytes change only then.
+//! read directly too, starting as the response starts to be written, so that the device reads
+//! while the socket takes this response and the client asks again: [`ResponseWriter`] keeps
+//! those pieces for the connection's next response, which sends a piece of its own from one
+//! that holds it. Without this the device idled between a consumer's fetches (the bench's
+//! catch-up read with librdkafka ran at two thirds of the raw fetch loop's speed); starting it
+//! only once the response was written left the device idle while it was written. At most
+//! [`AHEAD_PER_CONNECTION`] pieces per connection are read ahead for the next response (the
+//! pieces of the one being written, read ahead for it, are held until they are sent), and
+//! [`AHEAD_PIECES_MAX`] in all; a response drops those of the files it reads that it does not
+//! use (pieces of partitions it leaves out wait for the next one). A piece is only used for the
+//! file it was read from, and not after the file was cut short (`SegmentFile::truncations`): an
+//! appended log's bytes change only then.
 //!
 //! # Failure behaviour
 //! Any error, including a file that ends before its range was sent (it was truncated under
@@ -77,7 +80,8 @@ impl std::ops::DerefMut for ResponseWriter {
 /// each (librdkafka's defaults) is read a whole response ahead.
 const AHEAD_PER_CONNECTION: usize = 16;
 /// Most pieces read ahead for all connections together (each holds a buffer of up to
-/// [`direct_read::READ_CHUNK`]).
+/// [`direct_read::READ_CHUNK`]): one such consumer's next response and the one being written.
+/// Past it, a response's pieces are read as it is written, [`DIRECT_READS_AHEAD`] ahead.
 const AHEAD_PIECES_MAX: usize = 32;
 static AHEAD_PIECES: AtomicUsize = AtomicUsize::new(0);
 
@@ -154,6 +158,9 @@ pub async fn send_parts(writer: &mut ResponseWriter, parts: Vec<ResponsePart>) -
     // What was read ahead of a file this response reads, and not used, is no longer what its
     // reader asks for next. Pieces of other files (partitions left out of this response) stay.
     earlier.retain(|a| !direct.iter().flatten().any(|r| Arc::ptr_eq(r, &a.reader)));
+    // What the readers of ranges read directly will likely fetch next starts reading now, while
+    // this response goes out, so that the device does not wait for the socket.
+    let next = read_direct_ahead(&parts, &direct);
     let ResponseWriter { writer, ahead, .. } = writer;
     let fd = writer.get_ref().as_ref().as_raw_fd();
     set_cork(fd, true)?;
@@ -176,11 +183,11 @@ pub async fn send_parts(writer: &mut ResponseWriter, parts: Vec<ResponsePart>) -
     }
     .await;
     let uncorked = set_cork(fd, false);
-    // The device reads what these readers will likely fetch next while they take this response
-    // in: directly into buffers for ranges read directly, for the others into the page cache
-    // (a hint, on the blocking pool, as a long one waits for the device's queue).
+    // What the readers of ranges read directly will likely fetch next is being read (above);
+    // for the other ranges the device reads it into the page cache while they take this
+    // response in (a hint, on the blocking pool, as a long one waits for the device's queue).
     if sent.is_ok() {
-        *ahead = read_direct_ahead(&parts, &direct);
+        *ahead = next;
         let room = AHEAD_PER_CONNECTION.saturating_sub(ahead.len());
         ahead.extend(earlier.into_iter().take(room));
         let hints: Vec<FileSlice> = parts
@@ -422,7 +429,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_catch_up_fetch_sends_what_was_read_ahead_after_the_last_response_unless_the_file_was_cut() {
+    async fn a_catch_up_fetch_sends_what_was_read_ahead_while_the_last_response_went_out_unless_the_file_was_cut() {
         let dir = tempfile::tempdir().unwrap();
         // Far longer than the reads below, so that they do not count as following the end.
         let data: Vec<u8> = (0..(12usize << 20) + 77).map(|i| (i % 239) as u8 + 1).collect();
