@@ -499,6 +499,15 @@ def session_main(b, rnd, res, perf_dir):
         r.update({"client_cpu_s": ccpu, "client_wall_s": wall})
         res["consume/perftest/p16"] = r
         log(b.name, rnd, "consume/perftest/p16", r)
+        # The reads above find Kafka's log in the page cache, where its appends left it, and
+        # sluice's directly appended log on the disk. The same reads once the page cache is
+        # dropped: a catch-up of data that is no longer in memory, the same for both.
+        for key, cmd in (("consume-cold/rdk/p16", [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)]),
+                         ("consume-cold/fetch/p16", [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)])):
+            if not drop_page_cache():
+                res[key] = {"error": "cannot write /proc/sys/vm/drop_caches (needs root)"}
+                continue
+            timed_read(b, rnd, res, sampler, key, cmd)
     if "durable" in wl:
         # acks=all answered only once the data is fsynced, two ways:
         # - "durable": sluice's flush.acks.all against Kafka's way to the same guarantee,
@@ -630,6 +639,18 @@ def machine_facts():
     return m
 
 
+def drop_page_cache():
+    """Write dirty pages back, then drop the clean page cache: the next read of a file comes from
+    the disk. False where /proc/sys/vm/drop_caches is not writable (not root, some containers)."""
+    subprocess.run(["sync"], check=False)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True
+    except OSError:
+        return False
+
+
 def page_cache_write_cpu():
     """CPU seconds per GiB that dd spends writing into the page cache (no sync), pinned to the
     broker CPUs: the floor every broker that writes through the page cache pays per GiB produced.
@@ -671,6 +692,17 @@ def ceilings():
         if m:
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             c[f"dd_{mode}_cpu_s_per_gib"] = cpu / (int(m.group(1)) / 2**30)
+        if mode == "direct" and m:
+            # Sequential read of the same file: with O_DIRECT (the way sluice reads what it
+            # appended directly) and, once the page cache is dropped, through it with the
+            # kernel's read-ahead (the way Kafka reads a log that is no longer cached).
+            for rmode, rextra in (("direct", ["iflag=direct"]), ("buffered_cold", [])):
+                if rmode == "buffered_cold" and not drop_page_cache():
+                    continue
+                p = subprocess.run(pin(CFG["broker_cpus"]) + ["dd", f"if={f}", "of=/dev/null", "bs=1M"] + rextra,
+                                   capture_output=True, text=True)
+                m2 = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", p.stderr)
+                c[f"dd_read_{rmode}_mibps"] = int(m2.group(1)) / float(m2.group(2)) / 2**20 if m2 else None
         os.unlink(f)
     # fdatasync latency: 4 KiB append + fdatasync, 200 times
     fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)

@@ -93,11 +93,17 @@ ROWS += [
      ["produce/durable-fm/acks=all/p16", "mbps"], "MiB/s", "higher"),
     ("Produce with fsync before the acknowledgement", "broker CPU per GiB produced (flush.messages=1 on both)",
      ["produce/durable-fm/acks=all/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
-    ("Consume (catch-up from offset 0)", "rdkbench group-less fetch of all 16 partitions", ["consume/rdk/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume (catch-up from offset 0)", "kafka-consumer-perf-test (consumer group)", ["consume/perftest/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume (catch-up from offset 0)", "raw fetch loop (no client library, bytes discarded), 16 partitions", ["consume/fetch/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume (catch-up from offset 0)", "broker CPU per GiB read (rdkbench run)", ["consume/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
-    ("Consume (catch-up from offset 0)", "broker CPU per GiB read (raw fetch loop run)", ["consume/fetch/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
+    ("Consume (catch-up from offset 0, right after the produce runs)", "rdkbench group-less fetch of all 16 partitions", ["consume/rdk/p16", "mbps"], "MiB/s", "higher"),
+    ("Consume (catch-up from offset 0, right after the produce runs)", "kafka-consumer-perf-test (consumer group)", ["consume/perftest/p16", "mbps"], "MiB/s", "higher"),
+    ("Consume (catch-up from offset 0, right after the produce runs)", "raw fetch loop (no client library, bytes discarded), 16 partitions", ["consume/fetch/p16", "mbps"], "MiB/s", "higher"),
+    ("Consume (catch-up from offset 0, right after the produce runs)", "broker CPU per GiB read (rdkbench run)", ["consume/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
+    ("Consume (catch-up from offset 0, right after the produce runs)", "broker CPU per GiB read (raw fetch loop run)", ["consume/fetch/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
+    ("Consume from the disk (catch-up from offset 0 after dropping the page cache)", "rdkbench group-less fetch of all 16 partitions",
+     ["consume-cold/rdk/p16", "mbps"], "MiB/s", "higher"),
+    ("Consume from the disk (catch-up from offset 0 after dropping the page cache)", "raw fetch loop, 16 partitions",
+     ["consume-cold/fetch/p16", "mbps"], "MiB/s", "higher"),
+    ("Consume from the disk (catch-up from offset 0 after dropping the page cache)", "broker CPU per GiB read (rdkbench run)",
+     ["consume-cold/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", f"p50 at {CFG['lat_rate']} records/s", ["latency", "p50_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99", ["latency", "p99_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99.9", ["latency", "p999_ms"], "ms", "lower"),
@@ -206,6 +212,11 @@ def main():
     L.append("| ceiling | value |\n| --- | --- |")
     L.append(f"| sequential write, dd bs=1M oflag=direct ({CFG['dd_mib']} MiB of zeros) | {fmt(C.get('dd_direct_mibps'))} MiB/s |")
     L.append(f"| sequential write, dd buffered + fdatasync | {fmt(C.get('dd_buffered_fdatasync_mibps'))} MiB/s |")
+    if C.get("dd_read_direct_mibps") is not None:
+        L.append(f"| sequential read of that file, dd bs=1M iflag=direct | {fmt(C.get('dd_read_direct_mibps'))} MiB/s |")
+    if C.get("dd_read_buffered_cold_mibps") is not None:
+        L.append(f"| sequential read of that file through the page cache after dropping it, dd bs=1M | "
+                 f"{fmt(C.get('dd_read_buffered_cold_mibps'))} MiB/s |")
     if FLOOR is not None:
         series = ["; ".join(f"{fmt(v, 2)}" for v in C.get(k) or []) or "—" for k in FLOOR_KEYS]
         L.append(f"| CPU to write into the page cache: dd {CFG['dd_mib']} MiB buffered without sync on the broker CPUs, "
@@ -265,6 +276,8 @@ def main():
                     continue
                 L.append(f"| {toolname} acks={acks} p{p} | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
     for k, lab in (("consume/rdk/p16", "rdk consume p16"), ("consume/fetch/p16", "raw fetch loop p16"),
+                   ("consume-cold/rdk/p16", "rdk consume p16, page cache dropped"),
+                   ("consume-cold/fetch/p16", "raw fetch loop p16, page cache dropped"),
                    ("consume/perftest/p16", "perftest consume p16 (whole JVM run, start-up and group join included)")):
         vals = {}
         for b in ("sluice", "kafka"):
@@ -316,6 +329,9 @@ def chart():
     bar("rdkbench\ncatch-up\n16p", "consume/rdk/p16", "buffered/consume/rdk/p16")
     if med("sluice", ["consume/fetch/p16", "mbps"]) is not None or med("kafka", ["consume/fetch/p16", "mbps"]) is not None:
         bar("raw fetch\ncatch-up\n16p", "consume/fetch/p16")
+    for key, label in (("consume-cold/rdk/p16", "rdkbench\nfrom disk\n16p"), ("consume-cold/fetch/p16", "raw fetch\nfrom disk\n16p")):
+        if med("sluice", [key, "mbps"]) is not None or med("kafka", [key, "mbps"]) is not None:
+            bar(label, key)
     x = range(len(labels))
     third = any(D)
     w = 0.27 if third else 0.38
