@@ -296,17 +296,30 @@ impl Broker {
         type Opened = parking_lot::Mutex<Option<Result<Arc<Partition>, BrokerError>>>;
         let opened: Vec<Opened> = jobs.iter().map(|_| parking_lot::Mutex::new(None)).collect();
         let next = std::sync::atomic::AtomicUsize::new(0);
+        // The partition that took longest to open, named in the summary line below: a restart
+        // that is slow because of one partition (or one stalled read) says which.
+        let slowest = parking_lot::Mutex::new((std::time::Duration::ZERO, None::<usize>));
         std::thread::scope(|scope| {
             for _ in 0..OPEN_THREADS.min(jobs.len()) {
                 scope.spawn(|| loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some((t, p, dir, check)) = jobs.get(i) else { break };
                     let t = &topics[*t];
+                    let began = std::time::Instant::now();
                     let r = self.open_partition(&t.topic_name, *p, t.id, dir, t.log_config.clone(), NewPartition::No(*check));
+                    let took = began.elapsed();
+                    {
+                        let mut slowest = slowest.lock();
+                        if took > slowest.0 {
+                            *slowest = (took, Some(i));
+                        }
+                    }
                     *opened[i].lock() = Some(r);
                 });
             }
         });
+        let (slowest_took, slowest) = slowest.into_inner();
+        let slowest = slowest.map(|i| jobs[i].2.display().to_string()).unwrap_or_default();
         let mut opened = opened.into_iter().map(|r| r.into_inner());
         let count = jobs.len();
         for t in topics {
@@ -326,7 +339,13 @@ impl Broker {
             });
             self.publish(topic);
         }
-        tracing::info!(partitions = count, elapsed_ms = started.elapsed().as_millis() as u64, "opened logs");
+        tracing::info!(
+            partitions = count,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            slowest = %slowest,
+            slowest_ms = slowest_took.as_millis() as u64,
+            "opened logs"
+        );
         Ok(())
     }
 
