@@ -529,7 +529,10 @@ def session_main(b, rnd, res, perf_dir):
         res["recovery_log_gib"] = int(du[0]) / 2**30 if du else None
         b.kill9()
         try:
+            log_at = os.path.getsize(b.errlog.name) if os.path.exists(b.errlog.name) else 0
             res["recovery_s"] = b.start(fresh=False)
+            if b.name == "sluice":
+                res["recovery_opened_logs"] = opened_logs_line(b.errlog.name, log_at)
             if "produce" in wl:
                 got = latest_offsets("p-rdk-a1-p16", 16)
                 res["recovery_check"] = "ok" if got == n else f"latest offsets sum {got} != {n}"
@@ -538,6 +541,16 @@ def session_main(b, rnd, res, perf_dir):
             res["recovery_error"] = str(e)[:400]
             log(b.name, rnd, "recovery failed", e)
     b.stop()
+
+
+def opened_logs_line(path, offset):
+    """The fields of sluice's "opened logs" line (partitions, elapsed_ms, slowest, slowest_ms)
+    logged after `offset` in its log file, so a slow restart says which partition held it up."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        text = re.sub(r"\x1b\[[0-9;]*m", "", f.read().decode("utf-8", "replace"))
+    lines = [l for l in text.splitlines() if "opened logs" in l]
+    return dict(re.findall(r"(\w+)=(\S+)", lines[-1])) if lines else None
 
 
 def session_buffered(b, rnd, res):

@@ -289,6 +289,15 @@ def main():
         if vals["sluice"] is not None or vals["kafka"] is not None:
             L.append(f"| {lab} | {fmt(vals['sluice'], 2)} | {fmt(vals['kafka'], 2)} |")
     L.extend(latency_runs())
+    opened = [(r["round"], r["recovery_opened_logs"]) for r in R["rounds"]
+              if r["broker"] == "sluice" and isinstance(r.get("recovery_opened_logs"), dict)]
+    if opened:
+        L.append("\n### sluice's restarts after kill -9\n")
+        L.append("sluice's own account of each restart: partitions opened, how long that took, and the slowest one.\n")
+        L.append("| round | partitions | opened in | slowest partition | its time |\n| --- | --- | --- | --- | --- |")
+        for rnd, o in opened:
+            L.append(f"| {rnd} | {o.get('partitions', '?')} | {o.get('elapsed_ms', '?')} ms | "
+                     f"`{os.path.basename(o.get('slowest', '?'))}` | {o.get('slowest_ms', '?')} ms |")
     # errors and checks
     notes = []
     for r in R["rounds"]:
