@@ -478,10 +478,11 @@ def session_main(b, rnd, res, perf_dir):
         subprocess.run(["sync"], check=False)
         log(b.name, rnd, "sync before consume", round(time.monotonic() - t0, 2))
         topic = "p-rdk-a1-p16"
-        timed_read(b, rnd, res, sampler, "consume/rdk/p16", [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)])
-        # The same read without a client library: the broker's ceiling (rdkbench saturates its CPU first).
-        timed_read(b, rnd, res, sampler, "consume/fetch/p16",
-                   [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)])
+        reads = (("rdk/p16", [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)]),
+                 # The same read without a client library: the broker's ceiling (rdkbench saturates its CPU first).
+                 ("fetch/p16", [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)]))
+        for key, cmd in reads:
+            timed_read(b, rnd, res, sampler, "consume/" + key, cmd)
         rc, out, err, wall, ccpu = run_client(tool("kafka-consumer-perf-test.sh") + [
             "--bootstrap-server", BOOT, "--topic", topic, "--num-records", str(n), "--timeout", "30000",
             "--hide-header"], timeout=300)
@@ -502,12 +503,11 @@ def session_main(b, rnd, res, perf_dir):
         # The reads above find Kafka's log in the page cache, where its appends left it, and
         # sluice's directly appended log on the disk. The same reads once the page cache is
         # dropped: a catch-up of data that is no longer in memory, the same for both.
-        for key, cmd in (("consume-cold/rdk/p16", [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)]),
-                         ("consume-cold/fetch/p16", [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)])):
+        for key, cmd in reads:
             if not drop_page_cache():
-                res[key] = {"error": "cannot write /proc/sys/vm/drop_caches (needs root)"}
+                res["consume-cold/" + key] = {"error": "cannot write /proc/sys/vm/drop_caches (needs root)"}
                 continue
-            timed_read(b, rnd, res, sampler, key, cmd)
+            timed_read(b, rnd, res, sampler, "consume-cold/" + key, cmd)
     if "durable" in wl:
         # acks=all answered only once the data is fsynced, two ways:
         # - "durable": sluice's flush.acks.all against Kafka's way to the same guarantee,
@@ -529,7 +529,7 @@ def session_main(b, rnd, res, perf_dir):
         res["recovery_log_gib"] = int(du[0]) / 2**30 if du else None
         b.kill9()
         try:
-            log_at = os.path.getsize(b.errlog.name) if os.path.exists(b.errlog.name) else 0
+            log_at = os.path.getsize(b.errlog.name)  # the session's start opened it
             res["recovery_s"] = b.start(fresh=False)
             if b.name == "sluice":
                 res["recovery_opened_logs"] = opened_logs_line(b.errlog.name, log_at)
@@ -690,6 +690,12 @@ def page_cache_write_cpu():
     return per_gib
 
 
+def dd_copied(stderr):
+    """(bytes, seconds) from dd's summary line, or None if it printed none."""
+    m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", stderr)
+    return (int(m.group(1)), float(m.group(2))) if m else None
+
+
 def ceilings():
     c = {"page_cache_write_cpu_s_per_gib_series_start": page_cache_write_cpu()}
     f = os.path.join(WORK, "dd.bin")
@@ -700,11 +706,11 @@ def ceilings():
         p = subprocess.run(pin(CFG["broker_cpus"]) + ["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={CFG['dd_mib']}"] + extra,
                            capture_output=True, text=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", p.stderr)
-        c[f"dd_{mode}_mibps"] = int(m.group(1)) / float(m.group(2)) / 2**20 if m else None
+        m = dd_copied(p.stderr)
+        c[f"dd_{mode}_mibps"] = m[0] / m[1] / 2**20 if m else None
         if m:
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-            c[f"dd_{mode}_cpu_s_per_gib"] = cpu / (int(m.group(1)) / 2**30)
+            c[f"dd_{mode}_cpu_s_per_gib"] = cpu / (m[0] / 2**30)
         if mode == "direct" and m:
             # Sequential read of the same file: with O_DIRECT (the way sluice reads what it
             # appended directly) and, once the page cache is dropped, through it with the
@@ -714,8 +720,8 @@ def ceilings():
                     continue
                 p = subprocess.run(pin(CFG["broker_cpus"]) + ["dd", f"if={f}", "of=/dev/null", "bs=1M"] + rextra,
                                    capture_output=True, text=True)
-                m2 = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", p.stderr)
-                c[f"dd_read_{rmode}_mibps"] = int(m2.group(1)) / float(m2.group(2)) / 2**20 if m2 else None
+                m2 = dd_copied(p.stderr)
+                c[f"dd_read_{rmode}_mibps"] = m2[0] / m2[1] / 2**20 if m2 else None
         os.unlink(f)
     # fdatasync latency: 4 KiB append + fdatasync, 200 times
     fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)

@@ -74,6 +74,8 @@ def fmt(x, nd=1):
     return f"{x:.{nd}f}" if abs(x) >= 1 or x == 0 else f"{x:.3f}"
 
 
+CATCH_UP = "Consume (catch-up from offset 0, right after the produce runs)"
+FROM_DISK = "Consume from the disk (catch-up from offset 0 after dropping the page cache)"
 ROWS = []  # (section, label, path, unit, better[, Kafka's path where it differs])
 n_mib = CFG["records"] * CFG["record_size"] / 2**20
 for toolname, tl in (("perftest", "kafka-producer-perf-test"), ("rdk", "rdkbench (librdkafka C)")):
@@ -93,16 +95,16 @@ ROWS += [
      ["produce/durable-fm/acks=all/p16", "mbps"], "MiB/s", "higher"),
     ("Produce with fsync before the acknowledgement", "broker CPU per GiB produced (flush.messages=1 on both)",
      ["produce/durable-fm/acks=all/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
-    ("Consume (catch-up from offset 0, right after the produce runs)", "rdkbench group-less fetch of all 16 partitions", ["consume/rdk/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume (catch-up from offset 0, right after the produce runs)", "kafka-consumer-perf-test (consumer group)", ["consume/perftest/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume (catch-up from offset 0, right after the produce runs)", "raw fetch loop (no client library, bytes discarded), 16 partitions", ["consume/fetch/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume (catch-up from offset 0, right after the produce runs)", "broker CPU per GiB read (rdkbench run)", ["consume/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
-    ("Consume (catch-up from offset 0, right after the produce runs)", "broker CPU per GiB read (raw fetch loop run)", ["consume/fetch/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
-    ("Consume from the disk (catch-up from offset 0 after dropping the page cache)", "rdkbench group-less fetch of all 16 partitions",
+    (CATCH_UP, "rdkbench group-less fetch of all 16 partitions", ["consume/rdk/p16", "mbps"], "MiB/s", "higher"),
+    (CATCH_UP, "kafka-consumer-perf-test (consumer group)", ["consume/perftest/p16", "mbps"], "MiB/s", "higher"),
+    (CATCH_UP, "raw fetch loop (no client library, bytes discarded), 16 partitions", ["consume/fetch/p16", "mbps"], "MiB/s", "higher"),
+    (CATCH_UP, "broker CPU per GiB read (rdkbench run)", ["consume/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
+    (CATCH_UP, "broker CPU per GiB read (raw fetch loop run)", ["consume/fetch/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
+    (FROM_DISK, "rdkbench group-less fetch of all 16 partitions",
      ["consume-cold/rdk/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume from the disk (catch-up from offset 0 after dropping the page cache)", "raw fetch loop, 16 partitions",
+    (FROM_DISK, "raw fetch loop, 16 partitions",
      ["consume-cold/fetch/p16", "mbps"], "MiB/s", "higher"),
-    ("Consume from the disk (catch-up from offset 0 after dropping the page cache)", "broker CPU per GiB read (rdkbench run)",
+    (FROM_DISK, "broker CPU per GiB read (rdkbench run)",
      ["consume-cold/rdk/p16", "broker_cpu_s_per_gib"], "CPU s/GiB", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", f"p50 at {CFG['lat_rate']} records/s", ["latency", "p50_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99", ["latency", "p99_ms"], "ms", "lower"),
