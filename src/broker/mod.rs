@@ -293,12 +293,10 @@ impl Broker {
             let topic_name: Arc<str> = Arc::from(name.as_str());
             topics.push(ToOpen { name, topic_name, id, log_config, overrides, jobs: first..jobs.len() });
         }
-        type Opened = parking_lot::Mutex<Option<Result<Arc<Partition>, BrokerError>>>;
+        // Each partition's result and how long it took to open.
+        type Opened = parking_lot::Mutex<Option<(std::time::Duration, Result<Arc<Partition>, BrokerError>)>>;
         let opened: Vec<Opened> = jobs.iter().map(|_| parking_lot::Mutex::new(None)).collect();
         let next = std::sync::atomic::AtomicUsize::new(0);
-        // The partition that took longest to open, named in the summary line below: a restart
-        // that is slow because of one partition (or one stalled read) says which.
-        let slowest = parking_lot::Mutex::new((std::time::Duration::ZERO, None::<usize>));
         std::thread::scope(|scope| {
             for _ in 0..OPEN_THREADS.min(jobs.len()) {
                 scope.spawn(|| loop {
@@ -307,20 +305,20 @@ impl Broker {
                     let t = &topics[*t];
                     let began = std::time::Instant::now();
                     let r = self.open_partition(&t.topic_name, *p, t.id, dir, t.log_config.clone(), NewPartition::No(*check));
-                    let took = began.elapsed();
-                    {
-                        let mut slowest = slowest.lock();
-                        if took > slowest.0 {
-                            *slowest = (took, Some(i));
-                        }
-                    }
-                    *opened[i].lock() = Some(r);
+                    *opened[i].lock() = Some((began.elapsed(), r));
                 });
             }
         });
-        let (slowest_took, slowest) = slowest.into_inner();
-        let slowest = slowest.map(|i| jobs[i].2.display().to_string()).unwrap_or_default();
-        let mut opened = opened.into_iter().map(|r| r.into_inner());
+        let opened: Vec<_> = opened.into_iter().map(|r| r.into_inner()).collect();
+        // The partition that took longest to open, named in the summary line below: a restart
+        // that is slow because of one partition (or one stalled read) says which.
+        let (slowest_took, slowest) = opened
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| o.as_ref().map(|(took, _)| (*took, i)))
+            .max()
+            .map_or((std::time::Duration::ZERO, String::new()), |(took, i)| (took, jobs[i].2.display().to_string()));
+        let mut opened = opened.into_iter().map(|o| o.map(|(_, r)| r));
         let count = jobs.len();
         for t in topics {
             let mut partitions = Vec::with_capacity(t.jobs.len());
