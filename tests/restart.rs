@@ -209,12 +209,13 @@ fn has_cachestat(path: &std::path::Path) -> bool {
     unsafe { libc::syscall(451, file.as_raw_fd(), range.as_ptr(), stat.as_mut_ptr(), 0) == 0 }
 }
 
-#[test]
-fn a_catch_up_read_of_direct_appended_data_comes_from_the_disk_without_filling_the_page_cache() {
-    let b = Broker::start(&["log.io.direct=true"]);
+/// Starts a broker with `overrides` and appends 20 MiB to topic `t` in ~100 KiB batches, all
+/// directly (none of it in the page cache, which this checks): the broker, a connection, the
+/// next offset and the partition's log file.
+fn direct_appended_20_mib(overrides: &[&str]) -> (Broker, Client, usize, std::path::PathBuf) {
+    let b = Broker::start(overrides);
     let mut c = b.connect();
     create(&mut c, "t", &[]);
-    // 20 MiB in ~100 KiB batches, all appended directly: none of it in the page cache.
     let mut next = 0;
     while next < 20_000 {
         assert_eq!(produce(&mut c, "t", batch(next, 100)), next as i64);
@@ -223,6 +224,32 @@ fn a_catch_up_read_of_direct_appended_data_comes_from_the_disk_without_filling_t
     let log = b.dir.path().join("data/t-0").join(format!("{:020}.log", 0));
     let (resident, pages) = resident_pages(&log);
     assert!(resident * 20 < pages, "{resident} of {pages} pages in the page cache before any fetch");
+    (b, c, next, log)
+}
+
+/// One fetch of up to 1 MiB from the start of `t` through the page cache: once it is sent, the
+/// broker asks for the 8 MiB behind it, which the consumer's next fetches will read.
+fn assert_a_fetch_reads_8_mib_ahead_into_the_page_cache(c: &mut Client, log: &std::path::Path) {
+    let r = fetch(c, "t", 0);
+    let sent = r.records.as_ref().map_or(0, |r| r.len());
+    assert!(sent > 900 << 10, "fetched {sent} bytes");
+    let want = (sent + (8 << 20)) / 4096;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut pages = residency(log);
+    while !pages[..want].iter().all(|&r| r) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        pages = residency(log);
+    }
+    let missing = pages[..want].iter().filter(|&&r| !r).count();
+    assert_eq!(missing, 0, "{missing} of the first {want} pages not read ahead");
+    // Not the whole log: the read-ahead ends some way past the fetch.
+    let beyond = pages[want + 256..].iter().filter(|&&r| r).count();
+    assert!(beyond * 20 < pages.len() - want, "{beyond} pages read past the read-ahead");
+}
+
+#[test]
+fn a_catch_up_read_of_direct_appended_data_comes_from_the_disk_without_filling_the_page_cache() {
+    let (_b, mut c, next, log) = direct_appended_20_mib(&["log.io.direct=true"]);
     if has_cachestat(&log) {
         // Every fetch reads its range with O_DIRECT into the broker's own buffers: the records
         // arrive whole and in order, and the page cache still holds next to none of the log.
@@ -231,23 +258,18 @@ fn a_catch_up_read_of_direct_appended_data_comes_from_the_disk_without_filling_t
         assert!(resident * 20 < pages, "{resident} of {pages} pages in the page cache after the read");
         return;
     }
-    // Without cachestat: one fetch of up to 1 MiB from the start; once it is sent, the broker
-    // asks for the 8 MiB behind it, which the consumer's next fetches will read.
-    let r = fetch(&mut c, "t", 0);
-    let sent = r.records.as_ref().map_or(0, |r| r.len());
-    assert!(sent > 900 << 10, "fetched {sent} bytes");
-    let want = (sent + (8 << 20)) / 4096;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut pages = residency(&log);
-    while !pages[..want].iter().all(|&r| r) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        pages = residency(&log);
-    }
-    let missing = pages[..want].iter().filter(|&&r| !r).count();
-    assert_eq!(missing, 0, "{missing} of the first {want} pages not read ahead");
-    // Not the whole log: the read-ahead ends some way past the fetch.
-    let beyond = pages[want + 256..].iter().filter(|&&r| r).count();
-    assert!(beyond * 20 < pages.len() - want, "{beyond} pages read past the read-ahead");
+    // Without cachestat every fetched range goes through the page cache.
+    assert_a_fetch_reads_8_mib_ahead_into_the_page_cache(&mut c, &log);
+}
+
+#[test]
+fn with_direct_reads_off_a_catch_up_read_of_direct_appended_data_goes_through_the_page_cache() {
+    let (_b, mut c, next, log) = direct_appended_20_mib(&["log.io.direct=true", "log.io.direct.reads=false"]);
+    assert_a_fetch_reads_8_mib_ahead_into_the_page_cache(&mut c, &log);
+    // The whole read: every record whole and in order, and the log now in the page cache.
+    assert_eq!(read_all(&mut c, "t", 0), expected(0..next));
+    let (resident, pages) = resident_pages(&log);
+    assert!(resident * 2 > pages, "only {resident} of {pages} pages in the page cache after the read");
 }
 
 #[test]

@@ -174,12 +174,13 @@ impl Broker {
         let cluster_id = metadata::load_or_format(&config.log_dirs, config.node_id)?;
         let mut io = log::select_backend(config.io_backend).map_err(BrokerError::IoBackend)?;
         if config.io_direct {
-            io = Arc::new(log::io::DirectBackend::new(io));
+            io = Arc::new(log::io::DirectBackend::new(io).direct_reads(config.io_direct_reads));
         }
         for dir in &config.log_dirs {
             io.prepare_dir(dir);
         }
-        tracing::info!(backend = io.name(), appends = io.append_path(), "log I/O backend");
+        let reads = if config.io_direct && config.io_direct_reads { "direct where uncached" } else { "page cache" };
+        tracing::info!(backend = io.name(), appends = io.append_path(), reads, "log I/O backend");
         let first = config.log_dirs[0].clone();
         let topic_configs = TopicConfigStore::open(&first)?;
         let broker_configs = TopicConfigStore::open_broker(&first)?;

@@ -84,6 +84,9 @@ pub struct BrokerConfig {
     pub io_backend: IoBackendChoice,
     /// `log.io.direct`: appends bypass the page cache (`O_DIRECT`); see `log::io::direct`.
     pub io_direct: bool,
+    /// `log.io.direct.reads`: fetches of uncached ranges of directly appended files read them
+    /// with `O_DIRECT` rather than through the page cache; see `log::io::direct_read`.
+    pub io_direct_reads: bool,
     pub fetch_session_cache_slots: usize,
     /// Broker-level defaults for topic configs, keyed by *topic* config name
     /// (`retention.ms`, `segment.bytes`, ...), already validated.
@@ -145,6 +148,7 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("socket.send.buffer.bytes", "102400"),
     ("log.io.backend", "auto"),
     ("log.io.direct", "true"),
+    ("log.io.direct.reads", "true"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("metrics.listener", DEFAULT_METRICS_LISTENER),
     ("log.level", "info"),
@@ -299,6 +303,7 @@ impl BrokerConfig {
             },
             io_backend,
             io_direct: parse_bool("log.io.direct", &get("log.io.direct"))?,
+            io_direct_reads: parse_bool("log.io.direct.reads", &get("log.io.direct.reads"))?,
             fetch_session_cache_slots: parse_int(
                 "max.incremental.fetch.session.cache.slots",
                 &get("max.incremental.fetch.session.cache.slots"),
@@ -458,6 +463,7 @@ mod tests {
         assert_eq!(c.topic_defaults.get("retention.ms").unwrap(), "604800000");
         assert_eq!(c.producer_id_expiration_ms, 86_400_000);
         assert!(c.io_direct);
+        assert!(c.io_direct_reads);
     }
 
     #[test]
@@ -469,6 +475,9 @@ mod tests {
         let err = load(&[("log.io.direct", "yes")]).err().unwrap().to_string();
         assert!(err.contains("log.io.direct") && err.contains("yes"), "{err}");
         assert!(!load(&[("log.io.direct", "false")]).unwrap().config.io_direct);
+        let err = load(&[("log.io.direct.reads", "off")]).err().unwrap().to_string();
+        assert!(err.contains("log.io.direct.reads") && err.contains("off"), "{err}");
+        assert!(!load(&[("log.io.direct.reads", "false")]).unwrap().config.io_direct_reads);
         let err = load(&[("listeners", "localhost:9092")]).err().unwrap().to_string();
         assert!(err.contains("listeners") && err.contains("NAME://host:port"), "{err}");
         let err = load(&[("log.segment.bytes", "10")]).err().unwrap().to_string();

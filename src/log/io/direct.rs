@@ -150,6 +150,9 @@ pub struct DirectBackend {
     /// [`RECYCLE_BEHIND`] and [`RECYCLE_STEP`] (tests lower them).
     recycle_behind: u64,
     recycle_step: u64,
+    /// `log.io.direct.reads`: fetches of uncached ranges read them with `O_DIRECT`
+    /// ([`super::direct_read`]); when off they go through the page cache with `sendfile`.
+    direct_reads: bool,
 }
 
 impl DirectBackend {
@@ -165,7 +168,15 @@ impl DirectBackend {
             direct_ok: PerFilesystem::default(),
             recycle_behind: RECYCLE_BEHIND,
             recycle_step: RECYCLE_STEP,
+            direct_reads: true,
         }
+    }
+
+    /// Whether fetches read uncached ranges with `O_DIRECT` (`log.io.direct.reads`, on by
+    /// default) or through the page cache.
+    pub fn direct_reads(mut self, on: bool) -> DirectBackend {
+        self.direct_reads = on;
+        self
     }
 
     /// Gives back page-cache pages `behind` bytes behind the end, `step` bytes at a time.
@@ -226,6 +237,7 @@ impl IoBackend for DirectBackend {
             recycle_behind: self.recycle_behind,
             recycle_step: self.recycle_step,
             path: path.to_path_buf(),
+            direct_reads: self.direct_reads,
             reader: std::sync::OnceLock::new(),
             state: Mutex::new(Tail {
                 logical,
@@ -307,6 +319,8 @@ struct DirectFile {
     recycle_behind: u64,
     recycle_step: u64,
     path: std::path::PathBuf,
+    /// Whether uncached ranges are fetched with `O_DIRECT` at all ([`DirectBackend::direct_reads`]).
+    direct_reads: bool,
     /// An `O_DIRECT` descriptor for fetches of ranges not in the page cache, opened by the first
     /// one (`None` if that failed: such fetches then use `sendfile`).
     reader: std::sync::OnceLock<Option<Arc<File>>>,
@@ -484,7 +498,7 @@ impl SegmentFile for DirectFile {
 
     fn direct_reader(&self, pos: u64, len: usize) -> Option<Arc<File>> {
         self.state.lock().mark_if_following(pos);
-        if !direct_read::is_mostly_uncached(self.std_file(), pos, len) {
+        if !self.direct_reads || !direct_read::is_mostly_uncached(self.std_file(), pos, len) {
             return None;
         }
         self.reader
@@ -500,7 +514,7 @@ impl SegmentFile for DirectFile {
 
     fn direct_ahead(&self, pos: u64, len: usize) -> Option<(Arc<File>, u64)> {
         let data = self.state.lock().logical.saturating_sub(pos).min(len as u64);
-        if data == 0 || !direct_read::is_mostly_uncached(self.std_file(), pos, data as usize) {
+        if data == 0 || !self.direct_reads || !direct_read::is_mostly_uncached(self.std_file(), pos, data as usize) {
             return None;
         }
         let reader = self.reader.get()?.clone()?;
@@ -778,6 +792,25 @@ mod tests {
         assert_eq!(f.truncations(), 0);
         f.set_len(end).unwrap();
         assert_eq!(f.truncations(), 1);
+    }
+
+    #[test]
+    fn with_direct_reads_off_uncached_direct_appends_are_fetched_through_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(b) = direct_in(dir.path()) else { return };
+        let b = b.direct_reads(false);
+        let f = b.open(&dir.path().join("f.log")).unwrap();
+        let data: Vec<u8> = (0..4usize << 20).map(|i| (i % 251) as u8).collect();
+        f.write_at(0, &[Bytes::from(data.clone())]).unwrap();
+        assert_eq!(resident_pages(f.std_file()), 0, "the append was not direct");
+        assert!(f.direct_reader(4000, 1 << 20).is_none(), "read directly with direct reads off");
+        assert!(f.direct_ahead(0, 4 << 20).is_none(), "read ahead directly with direct reads off");
+        // The fetch's own hint still brings the range in for `sendfile`, and what is read is the data.
+        f.will_read(0, 1 << 20);
+        let mut back = vec![0; 1 << 20];
+        f.std_file().read_exact_at(&mut back, 0).unwrap();
+        assert!(back[..] == data[..1 << 20], "bytes read through the page cache differ");
+        assert!(resident_pages(f.std_file()) >= (1 << 20) / BLOCK, "the range is not in the page cache");
     }
 
     #[test]

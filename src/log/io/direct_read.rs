@@ -21,6 +21,10 @@
 //! of at most [`POOLED`] that are never freed back to the OS, so the memory is warm after the
 //! first reads.
 //!
+//! `log.io.direct.reads=false` ([`super::DirectBackend::direct_reads`]) turns this off: every
+//! range then goes through the page cache, as where `cachestat` is missing. ARCHITECTURE.md ("The
+//! log on disk") has the measurements for each.
+//!
 //! # Failure behaviour
 //! A kernel without `cachestat` (or a seccomp filter that refuses it) makes every range look
 //! cached, once said in a `debug!` line, so fetches use `sendfile` as for buffered files. A file
