@@ -4,7 +4,7 @@
 Every knob is an environment variable (see bench/README.md). Writes bench/results.json
 (raw per-round figures) and then calls bench/report.py for RESULTS.md and results.png.
 """
-import base64, json, os, re, resource, shutil, signal, socket, statistics, struct, subprocess
+import base64, glob, json, os, re, resource, shutil, signal, socket, statistics, struct, subprocess
 import sys, threading, time, datetime, uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +38,7 @@ CFG = {
     "kafka_heap": os.environ.get("BENCH_KAFKA_HEAP", "-Xmx1G -Xms1G"),
     "dd_mib": env("BENCH_DD_MIB", 256, 2048),
     "dd_files": env("BENCH_DD_FILES", 3, 4),                     # page-cache floor: files of dd_mib
-    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,recovery,scale,buffered").split(","),
+    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,recovery,scale,buffered,pcreads").split(","),
     "perf": os.environ.get("BENCH_PERF", "0") == "1",
 }
 WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, ".cache", "bench", "work"))
@@ -446,6 +446,13 @@ def latency_run(b, rnd, res, sampler, topic, key):
     return r
 
 
+def catch_up_reads(topic, n):
+    """The catch-up reads of `n` records of a 16-partition `topic`: (key, command) pairs."""
+    return (("rdk/p16", [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)]),
+            # The same read without a client library: the broker's ceiling (rdkbench saturates its CPU first).
+            ("fetch/p16", [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)]))
+
+
 def session_main(b, rnd, res, perf_dir):
     """Fresh broker: start, idle RSS, produce matrix, consume, latency, kill -9 + recovery."""
     n, size = CFG["records"], CFG["record_size"]
@@ -478,9 +485,7 @@ def session_main(b, rnd, res, perf_dir):
         subprocess.run(["sync"], check=False)
         log(b.name, rnd, "sync before consume", round(time.monotonic() - t0, 2))
         topic = "p-rdk-a1-p16"
-        reads = (("rdk/p16", [RDK, "consume", "-b", BOOT, "-t", topic, "-n", str(n)]),
-                 # The same read without a client library: the broker's ceiling (rdkbench saturates its CPU first).
-                 ("fetch/p16", [FETCHBENCH, "-b", BOOT, "-t", topic, "-p", "16", "-n", str(n)]))
+        reads = catch_up_reads(topic, n)
         for key, cmd in reads:
             timed_read(b, rnd, res, sampler, "consume/" + key, cmd)
         rc, out, err, wall, ccpu = run_client(tool("kafka-consumer-perf-test.sh") + [
@@ -553,16 +558,31 @@ def opened_logs_line(path, offset):
     return dict(re.findall(r"(\w+)=(\S+)", lines[-1])) if lines else None
 
 
+def variant_session(b, rnd, res, override, name, body):
+    """Fresh sluice with `override` ("key=value") running `body(sampler)`; a failure is stored
+    under "<name>_error" and logged, and the broker is stopped either way."""
+    b.extra = ["--override", override]
+    try:
+        b.start(fresh=True)
+        sampler = RssSampler(b.pid)
+        body(sampler)
+        sampler.close()
+    except Exception as e:  # noqa
+        res[name + "_error"] = str(e)[:400]
+        log(b.name, rnd, name, "session failed:", e)
+    finally:
+        b.stop()
+        b.extra = []
+
+
 def session_buffered(b, rnd, res):
     """Fresh sluice with log.io.direct=false (every append through the page cache, as Kafka
     writes): the rdkbench produce runs with 16 partitions, the catch-up read of the acks=1 topic
     and the latency run, under keys prefixed "buffered/". The report sets them against Kafka's
     figures for the same workloads."""
     n = CFG["records"]
-    b.extra = ["--override", "log.io.direct=false"]
-    try:
-        b.start(fresh=True)
-        sampler = RssSampler(b.pid)
+
+    def body(sampler):
         for acks in ("1", "all"):
             produce_run(b, rnd, res, sampler, "rdk", acks, f"b-rdk-a{acks}-p16", 16, f"buffered/produce/rdk/acks={acks}/p16")
         subprocess.run(["sync"], check=False)
@@ -570,13 +590,33 @@ def session_buffered(b, rnd, res):
                    [RDK, "consume", "-b", BOOT, "-t", "b-rdk-a1-p16", "-n", str(n)])
         if "latency" in CFG["workloads"]:
             latency_run(b, rnd, res, sampler, "b-lat", "buffered/latency")
-        sampler.close()
-    except Exception as e:  # noqa
-        res["buffered_error"] = str(e)[:400]
-        log(b.name, rnd, "buffered session failed:", e)
-    finally:
-        b.stop()
-        b.extra = []
+    variant_session(b, rnd, res, "log.io.direct=false", "buffered", body)
+
+
+def session_pagecache_reads(b, rnd, res):
+    """Fresh sluice with log.io.direct.reads=false (direct appends, every fetch through the page
+    cache): the rdkbench acks=1 produce with 16 partitions, then the same catch-up reads as the
+    main session, right after it and after dropping the page cache, under keys prefixed
+    "pcreads/". The report sets them against Kafka's figures for the same reads."""
+    topic = "pc-rdk-a1-p16"
+
+    def body(sampler):
+        produce_run(b, rnd, res, sampler, "rdk", "1", topic, 16, "pcreads/produce/rdk/acks=1/p16")
+        subprocess.run(["sync"], check=False)
+        reads = catch_up_reads(topic, CFG["records"])
+        logs = glob.glob(os.path.join(b.data, f"{topic}-*", "*.log"))
+        log(b.name, rnd, f"pcreads: {len(logs)} log files of {topic}")
+        for key, cmd in reads:
+            # The read before this one left the topic in the page cache; its direct appends had
+            # not. Each read starts from the state the produce run left.
+            evict_from_page_cache(logs)
+            timed_read(b, rnd, res, sampler, "pcreads/consume/" + key, cmd)
+        for key, cmd in reads:
+            if not drop_page_cache():
+                res["pcreads/consume-cold/" + key] = {"error": "cannot write /proc/sys/vm/drop_caches (needs root)"}
+                continue
+            timed_read(b, rnd, res, sampler, "pcreads/consume-cold/" + key, cmd)
+    variant_session(b, rnd, res, "log.io.direct.reads=false", "pcreads", body)
 
 
 def session_scale(b, rnd, res):
@@ -662,6 +702,17 @@ def drop_page_cache():
         return True
     except OSError:
         return False
+
+
+def evict_from_page_cache(paths):
+    """Drops the clean cached pages of `paths` (POSIX_FADV_DONTNEED), leaving the rest of the
+    page cache as it is."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def page_cache_write_cpu():
@@ -770,6 +821,9 @@ def main():
                 if "buffered" in CFG["workloads"] and name == "sluice":
                     shutil.rmtree(b.data, ignore_errors=True)
                     session_buffered(b, rnd, res)
+                if "pcreads" in CFG["workloads"] and name == "sluice":
+                    shutil.rmtree(b.data, ignore_errors=True)
+                    session_pagecache_reads(b, rnd, res)
             except Exception as e:  # noqa
                 res["session_error"] = str(e)[:400]
                 log(name, rnd, "session failed:", e)

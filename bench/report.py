@@ -141,6 +141,18 @@ ROWS += [(BUFFERED, "catch-up read, rdkbench, 16 partitions", ["buffered/consume
 ROWS += [(BUFFERED, f"end-to-end latency {q}", ["buffered/latency", f"{q}_ms"], "ms", "lower", ["latency", f"{q}_ms"])
          for q in ("p50", "p99", "p999")]
 
+# sluice with log.io.direct.reads=false (its own session) against Kafka's figures for the same reads.
+PCREADS = ("sluice with log.io.direct.reads=false (direct appends, fetches through the page cache) "
+           "against Kafka's runs above")
+ROWS += [(PCREADS, "produce rdkbench, acks=1, 16 partitions (the topic read below)", ["pcreads/produce/rdk/acks=1/p16", "mbps"],
+          "MiB/s", "higher", ["produce/rdk/acks=1/p16", "mbps"])]
+for prefix, when in (("consume", "right after the produce run"), ("consume-cold", "after dropping the page cache")):
+    for key, what in (("rdk/p16", "rdkbench"), ("fetch/p16", "raw fetch loop")):
+        ROWS += [(PCREADS, f"catch-up read {when}, {what}, 16 partitions", [f"pcreads/{prefix}/{key}", "mbps"], "MiB/s",
+                  "higher", [f"{prefix}/{key}", "mbps"]),
+                 (PCREADS, f"broker CPU per GiB read ({what}, {when})", [f"pcreads/{prefix}/{key}", "broker_cpu_s_per_gib"],
+                  "CPU s/GiB", "lower", [f"{prefix}/{key}", "broker_cpu_s_per_gib"])]
+
 
 def quiet():
     busy = max(M.get("busy_before", 1), M.get("busy_after", 1))
