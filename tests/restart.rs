@@ -472,14 +472,23 @@ fn after_kill_9_in_the_same_boot_a_torn_last_batch_is_cut_off() {
     assert!(boot_marker(&dir).exists());
     // What a broker killed in the middle of a write leaves: part of a batch.
     let log = dir.path().join("data/t-0/00000000000000000000.log");
+    let torn = batch(300, 3)[..500].to_vec();
     let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
-    std::io::Write::write_all(&mut f, &batch(300, 3)[..500]).unwrap();
+    std::io::Write::write_all(&mut f, &torn).unwrap();
     drop(f);
     let b = Broker::start_in(dir, &[]);
     let mut c = b.connect();
     assert_eq!(read_all(&mut c, "t", 0), expected(0..300));
     let warned = b.warnings();
-    assert!(warned.iter().any(|l| l.contains("torn tail") && l.contains("bytes_dropped=500")), "{warned:?}");
+    assert!(warned.iter().any(|l| l.contains("torn tail") && l.contains("bytes_dropped=500") && l.contains("kept_in=")), "{warned:?}");
+    // The bytes cut off are kept beside the segment.
+    let kept: Vec<_> = std::fs::read_dir(b.dir.path().join("data/t-0"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("00000000000000000000.log.cut-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), torn);
     assert_eq!(produce(&mut c, "t", batch(300, 1)), 300);
     assert_eq!(read_all(&mut c, "t", 300), expected(300..301));
 }

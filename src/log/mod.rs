@@ -38,8 +38,9 @@
 //! the indexes. A failed write or fsync poisons the
 //! [`PartitionLog`]: further appends fail with [`LogError::Poisoned`] until it is reopened and
 //! recovered. On open the active segment is scanned batch by batch (length, CRC, offsets); the
-//! first bad byte and everything after it is truncated with a `warn!` naming the file, position
-//! and bytes dropped, and its indexes are rebuilt. Older segments are trusted, but a missing or
+//! first bad byte and everything after it is truncated with a `warn!` naming the file, position,
+//! bytes dropped and the file beside it they were copied to (`segment`, "Recovery"), and its
+//! indexes are rebuilt. Older segments are trusted, but a missing or
 //! malformed index is rebuilt from the `.log`. Checkpoint files are written to `<name>.tmp`,
 //! fsynced, renamed over the old file and the directory is fsynced. Opening a new partition
 //! fsyncs nothing (a missing segment is recreated empty on the next open), and a new partition's

@@ -25,7 +25,7 @@ use super::epoch::LeaderEpochCache;
 use super::error::LogError;
 use super::flush::{self, FlushTicket};
 use super::io::{FileSlice, IoBackend};
-use super::segment::{offset_from_file_name, Segment};
+use super::segment::{keep_file, offset_from_file_name, Segment};
 use crate::protocol::record_batch::{
     crc_is_valid, find_max_timestamp_record, records_section, set_base_offset, set_log_append_time,
     set_partition_leader_epoch, validate_produce_records, BatchHeader, BatchIter, ProduceValidationError, RecordIter,
@@ -206,7 +206,13 @@ impl PartitionLog {
             if torn && i + 1 < bases.len() {
                 // A rolled segment lost its tail: what follows it was written after the lost bytes.
                 for &later in &bases[i + 1..] {
-                    tracing::warn!(path = %Segment::log_file(dir, later).display(), "removing a segment that follows a torn one");
+                    let log = Segment::log_file(dir, later);
+                    let kept = keep_file(&log);
+                    tracing::warn!(
+                        path = %log.display(),
+                        kept_in = %kept,
+                        "removing a segment that follows a torn one"
+                    );
                     Segment::remove_files(dir, later)?;
                 }
                 sync_dir(dir)?;

@@ -154,6 +154,15 @@ fn append_bytes(path: &Path, bytes: &[u8]) {
     f.write_all(bytes).unwrap();
 }
 
+/// Files in `dir` whose names start with `prefix`.
+fn kept_files(dir: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
+        .collect()
+}
+
 #[test]
 fn torn_tail_is_truncated_on_recovery() {
     for io in test_backends() {
@@ -187,10 +196,17 @@ fn torn_tail_is_truncated_on_recovery() {
         ];
         for (round, junk) in corruptions.iter().enumerate() {
             append_bytes(&path, junk);
+            let before = fs::read(&path).unwrap();
             let mut log = open(dir.path(), cfg.clone(), &io);
             let expected_len = good_len + (round as u64) * batch_with(1, 0, 30).len() as u64;
             assert_eq!(log.size_bytes(), expected_len, "round {round}: exact truncation");
             assert_eq!(fs::metadata(&path).unwrap().len(), expected_len);
+            // What was cut off is kept beside the segment, byte for byte.
+            let kept = kept_files(dir.path(), &format!("00000000000000000000.log.cut-{expected_len}-"));
+            assert_eq!(kept.len(), 1, "round {round}: {kept:?}");
+            let got = fs::read(&kept[0]).unwrap();
+            assert!(got[..] == before[expected_len as usize..], "round {round}: kept bytes differ");
+            assert!(got.ends_with(junk), "round {round}: the junk is not among the kept bytes");
             assert_eq!(log.log_end_offset(), next);
             let a = log.append_as_leader(batch_with(1, 50, 30).into(), 0, 50).unwrap();
             assert_eq!(a.base_offset, next);
@@ -749,6 +765,7 @@ fn a_torn_rolled_segment_is_cut_and_the_segments_after_it_are_dropped() {
             // restore the size cut below (its trim of preallocated blocks).
             log.write_out().unwrap();
             drop(log);
+            let active_bytes = fs::read(dir.path().join(format!("{active:020}.log"))).unwrap();
             tear_segment(dir.path(), last_rolled, 100);
 
             let log = PartitionLog::open_with(dir.path(), small_config(), io.clone(), check).unwrap();
@@ -756,6 +773,14 @@ fn a_torn_rolled_segment_is_cut_and_the_segments_after_it_are_dropped() {
             // The torn last batch of the rolled segment is gone, and with it the active segment.
             assert_eq!(log.segment_base_offsets(), bases[..bases.len() - 1].to_vec(), "{what}");
             assert!(!dir.path().join(format!("{active:020}.log")).exists(), "{what}");
+            // Kept whole beside the others, under a name the next open does not take for a segment.
+            let kept = kept_files(dir.path(), &format!("{active:020}.log.cut-all-"));
+            assert_eq!(kept.len(), 1, "{what}: {kept:?}");
+            assert!(fs::read(&kept[0]).unwrap() == active_bytes, "{what}: kept segment differs");
+            drop(log);
+            let again = PartitionLog::open_with(dir.path(), small_config(), io.clone(), check).unwrap();
+            assert_eq!(again.segment_base_offsets(), bases[..bases.len() - 1].to_vec(), "{what}: reopened");
+            let log = again;
             assert_eq!(log.log_end_offset(), active - 2, "{what}");
             let all = read_all(&log);
             assert_eq!(all.len() as i64, (active - 2) / 2, "{what}");

@@ -19,8 +19,14 @@
 //!
 //! # Recovery
 //! [`Segment::recover`] scans every batch (length, magic, CRC, offset order) and truncates the
-//! file at the first one that fails, then rewrites both indexes. Opening without recovery
-//! trusts the `.log` but rebuilds a missing or malformed index and re-derives the segment's end
+//! file at the first one that fails, then rewrites both indexes. What it cuts off is first
+//! copied to `<segment>.log.cut-<position>-<unix ms>` beside it ([`keep_bytes`]; in the kernel,
+//! at the disk's speed, a whole segment at most), so that a scan that was wrong about the bytes
+//! (or an operator who wants them) still has them; if that copy fails, the warning says so and
+//! the cut goes ahead. Segments dropped whole because an older one was torn are renamed to
+//! `<segment>.log.cut-all-<unix ms>` ([`keep_file`]). Nothing reads or deletes these files
+//! (deleting the partition does); the open ignores them. Opening without recovery trusts the
+//! `.log` but rebuilds a missing or malformed index and re-derives the segment's end
 //! from the last index entry onwards. Both first cut the zero padding a crash can leave behind
 //! direct-I/O appends (zeros from the last batch to a block boundary, `cut_zero_padding`), as
 //! no sign of damage.
@@ -104,6 +110,47 @@ pub struct Segment {
     allocated_to: u64,
     /// Cleared after a failed `fallocate`: this segment stops preallocating.
     preallocating: bool,
+}
+
+/// Copies the bytes of the `.log` at `log` from `from` to its end into a new file beside it,
+/// `<log>.cut-<label>-<unix ms>`, and fsyncs it: what recovery cuts off or drops is kept for
+/// whoever wants to look at it (nothing reads or deletes these files; deleting the partition
+/// does). Returns where they went, for the log line: the copy's path, or `nowhere` and why. On
+/// Linux `io::copy` between files is `copy_file_range`, so the bytes do not pass through the
+/// broker's memory.
+pub fn keep_bytes(log: &Path, from: u64, label: &str) -> String {
+    match copy_from(log, from, label) {
+        Ok(to) => to.display().to_string(),
+        Err(e) => format!("nowhere ({e})"),
+    }
+}
+
+/// Renames a whole `.log` that recovery drops to `<log>.cut-all-<unix ms>` instead of deleting
+/// it ([`keep_bytes`] for a part of one); the caller fsyncs the directory. Returns where it went,
+/// as [`keep_bytes`] does.
+pub fn keep_file(log: &Path) -> String {
+    let to = kept_path(log, "all");
+    match std::fs::rename(log, &to) {
+        Ok(()) => to.display().to_string(),
+        Err(e) => format!("nowhere ({e})"),
+    }
+}
+
+fn kept_path(log: &Path, label: &str) -> PathBuf {
+    let mut name = log.as_os_str().to_owned();
+    name.push(format!(".cut-{label}-{}", now_ms()));
+    PathBuf::from(name)
+}
+
+fn copy_from(log: &Path, from: u64, label: &str) -> std::io::Result<PathBuf> {
+    use std::io::{Seek, SeekFrom};
+    let to = kept_path(log, label);
+    let mut src = std::fs::File::open(log)?;
+    src.seek(SeekFrom::Start(from))?;
+    let mut dst = std::fs::OpenOptions::new().write(true).create_new(true).open(&to)?;
+    std::io::copy(&mut src, &mut dst)?;
+    dst.sync_all()?;
+    Ok(to)
 }
 
 fn now_ms() -> i64 {
@@ -327,11 +374,13 @@ impl Segment {
         })?;
         let dropped = self.size - end.valid_end;
         if dropped > 0 && !self.cut_zero_padding(end.valid_end)? {
+            let kept = keep_bytes(&self.log_path, end.valid_end, &end.valid_end.to_string());
             tracing::warn!(
                 path = %self.log_path.display(),
                 position = end.valid_end,
                 bytes_dropped = dropped,
                 reason = end.problem.as_deref().unwrap_or("unknown"),
+                kept_in = %kept,
                 "truncating corrupt or torn tail of log segment"
             );
             self.cut_at(end.valid_end)?;
