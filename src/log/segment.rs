@@ -113,16 +113,22 @@ pub struct Segment {
 }
 
 /// Copies the bytes of the `.log` at `log` from `from` to its end into a new file beside it,
-/// `<log>.cut-<label>-<unix ms>`, and fsyncs it: what recovery cuts off or drops is kept for
-/// whoever wants to look at it (nothing reads or deletes these files; deleting the partition
-/// does). Returns where they went, for the log line: the copy's path, or `nowhere` and why. On
-/// Linux `io::copy` between files is `copy_file_range`, so the bytes do not pass through the
-/// broker's memory.
-pub fn keep_bytes(log: &Path, from: u64, label: &str) -> String {
-    match copy_from(log, from, label) {
-        Ok(to) => to.display().to_string(),
-        Err(e) => format!("nowhere ({e})"),
-    }
+/// `<log>.cut-<from>-<unix ms>`, and fsyncs it: what recovery cuts off is kept for whoever wants
+/// to look at it (nothing reads or deletes these files; deleting the partition does). Returns
+/// where they went, for the log line ([`where_kept`]). On Linux `io::copy` between files is
+/// `copy_file_range`, so the bytes do not pass through the broker's memory.
+pub fn keep_bytes(log: &Path, from: u64) -> String {
+    let to = kept_path(log, &from.to_string());
+    where_kept(copy_tail(log, from, &to), &to)
+}
+
+fn copy_tail(log: &Path, from: u64, to: &Path) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut src = std::fs::File::open(log)?;
+    src.seek(SeekFrom::Start(from))?;
+    let mut dst = std::fs::OpenOptions::new().write(true).create_new(true).open(to)?;
+    std::io::copy(&mut src, &mut dst)?;
+    dst.sync_all()
 }
 
 /// Renames a whole `.log` that recovery drops to `<log>.cut-all-<unix ms>` instead of deleting
@@ -130,10 +136,7 @@ pub fn keep_bytes(log: &Path, from: u64, label: &str) -> String {
 /// as [`keep_bytes`] does.
 pub fn keep_file(log: &Path) -> String {
     let to = kept_path(log, "all");
-    match std::fs::rename(log, &to) {
-        Ok(()) => to.display().to_string(),
-        Err(e) => format!("nowhere ({e})"),
-    }
+    where_kept(std::fs::rename(log, &to), &to)
 }
 
 fn kept_path(log: &Path, label: &str) -> PathBuf {
@@ -142,15 +145,12 @@ fn kept_path(log: &Path, label: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn copy_from(log: &Path, from: u64, label: &str) -> std::io::Result<PathBuf> {
-    use std::io::{Seek, SeekFrom};
-    let to = kept_path(log, label);
-    let mut src = std::fs::File::open(log)?;
-    src.seek(SeekFrom::Start(from))?;
-    let mut dst = std::fs::OpenOptions::new().write(true).create_new(true).open(&to)?;
-    std::io::copy(&mut src, &mut dst)?;
-    dst.sync_all()?;
-    Ok(to)
+/// For the log line: `to` once the bytes are there, or `nowhere` and why.
+fn where_kept(done: std::io::Result<()>, to: &Path) -> String {
+    match done {
+        Ok(()) => to.display().to_string(),
+        Err(e) => format!("nowhere ({e})"),
+    }
 }
 
 fn now_ms() -> i64 {
@@ -374,7 +374,7 @@ impl Segment {
         })?;
         let dropped = self.size - end.valid_end;
         if dropped > 0 && !self.cut_zero_padding(end.valid_end)? {
-            let kept = keep_bytes(&self.log_path, end.valid_end, &end.valid_end.to_string());
+            let kept = keep_bytes(&self.log_path, end.valid_end);
             tracing::warn!(
                 path = %self.log_path.display(),
                 position = end.valid_end,
