@@ -219,6 +219,72 @@ fn torn_tail_is_truncated_on_recovery() {
     }
 }
 
+/// A log in a new directory holding ten batches of 10 records of 500 bytes, appended through
+/// `io`; with the position of the sixth batch.
+fn ten_big_batches(io: &Arc<dyn IoBackend>) -> (tempfile::TempDir, LogConfig, PartitionLog, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig { index_interval_bytes: 64, ..LogConfig::default() };
+    let mut log = open(dir.path(), cfg.clone(), io);
+    let mut sixth = 0;
+    for i in 0..10 {
+        if i == 5 {
+            sixth = log.size_bytes();
+        }
+        log.append_as_leader(batch_with(10, i * 10, 500).into(), 0, i * 10).unwrap();
+    }
+    (dir, cfg, log, sixth)
+}
+
+#[test]
+fn recovery_reads_the_disk_again_before_cutting_what_a_stale_page_cache_showed() {
+    for io in test_backends() {
+        let (dir, cfg, mut log, from) = ten_big_batches(&io);
+        let (size, end, batches) = (log.size_bytes(), log.log_end_offset(), read_all(&log));
+        log.write_out().unwrap();
+        drop(log);
+        assert!(size - from > 4096, "the stale bytes must not look like direct-I/O padding");
+
+        // Reads through the page cache see zeros from the sixth batch on; the disk has it all.
+        let faults = Faults::default();
+        *faults.stale.lock() = Some(from);
+        let stale: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone(), io.clone()));
+        let log = open(dir.path(), cfg.clone(), &stale);
+        assert_eq!(*faults.stale.lock(), None, "{}: the cached pages were dropped", io.name());
+        assert_eq!(log.size_bytes(), size, "{}: nothing is cut", io.name());
+        assert_eq!(log.log_end_offset(), end);
+        assert_eq!(read_all(&log), batches);
+        assert!(kept_files(dir.path(), "00000000000000000000.log.cut-").is_empty());
+        drop(log);
+
+        // Bytes that stay wrong after the cached pages are dropped are cut after that one more
+        // look, and kept, as any torn tail.
+        *faults.stale.lock() = Some(from);
+        Faults::set(&faults.stale_stuck, true);
+        let log = open(dir.path(), cfg.clone(), &stale);
+        assert_eq!(log.size_bytes(), from, "{}: cut where the scan kept reading zeros", io.name());
+        assert_eq!(log.log_end_offset(), 50);
+        let kept = kept_files(dir.path(), &format!("00000000000000000000.log.cut-{from}-"));
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(fs::metadata(&kept[0]).unwrap().len(), size - from);
+    }
+}
+
+#[test]
+fn the_disk_holds_what_the_page_cache_shows_of_appends_through_every_backend() {
+    use crate::log::segment::DiskView;
+    for io in test_backends() {
+        let (dir, cfg, mut log, sixth) = ten_big_batches(&io);
+        for pos in [0, 1, sixth, log.size_bytes() - 1] {
+            assert_eq!(log.active().disk_view(pos), DiskView::Same, "{} at {pos}", io.name());
+        }
+        // The same once the appends are sealed (the last block's padding cut) and reopened.
+        log.write_out().unwrap();
+        drop(log);
+        let log = open(dir.path(), cfg, &io);
+        assert_eq!(log.active().disk_view(sixth), DiskView::Same, "{} after reopening", io.name());
+    }
+}
+
 #[test]
 fn missing_index_files_are_rebuilt() {
     for io in test_backends() {
@@ -582,11 +648,15 @@ proptest! {
     }
 }
 
-/// Wraps the std backend and fails writes and/or fsyncs on demand.
+/// Wraps a backend and, on demand, fails writes and/or fsyncs, or reads zeros from a position
+/// on (`stale`), as a page cache holding stale pages over what the disk has would, until the
+/// file's cached pages are dropped (with `stale_stuck`, even then).
 #[derive(Debug, Clone, Default)]
 struct Faults {
     write: Arc<std::sync::atomic::AtomicBool>,
     sync: Arc<std::sync::atomic::AtomicBool>,
+    stale: Arc<parking_lot::Mutex<Option<u64>>>,
+    stale_stuck: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Faults {
@@ -602,7 +672,13 @@ impl Faults {
 }
 
 #[derive(Debug)]
-struct FaultyBackend(Faults);
+struct FaultyBackend(Faults, Arc<dyn IoBackend>);
+
+impl FaultyBackend {
+    fn over_std(faults: &Faults) -> Arc<dyn IoBackend> {
+        Arc::new(FaultyBackend(faults.clone(), Arc::new(crate::log::io::StdBackend)))
+    }
+}
 
 #[derive(Debug)]
 struct FaultyFile {
@@ -615,7 +691,7 @@ impl IoBackend for FaultyBackend {
         "faulty"
     }
     fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::log::SegmentFile>> {
-        Ok(Box::new(FaultyFile { inner: crate::log::io::StdBackend.open(path)?, faults: self.0.clone() }))
+        Ok(Box::new(FaultyFile { inner: self.1.open(path)?, faults: self.0.clone() }))
     }
 }
 
@@ -625,7 +701,15 @@ impl crate::log::SegmentFile for FaultyFile {
         self.inner.write_at(pos, data)
     }
     fn read_at(&self, pos: u64, len: usize) -> std::io::Result<bytes::Bytes> {
-        self.inner.read_at(pos, len)
+        let b = self.inner.read_at(pos, len)?;
+        match *self.faults.stale.lock() {
+            Some(from) if pos + len as u64 > from => {
+                let mut v = b.to_vec();
+                v[from.saturating_sub(pos) as usize..].fill(0);
+                Ok(v.into())
+            }
+            _ => Ok(b),
+        }
     }
     fn sync_data(&self) -> std::io::Result<()> {
         Faults::check(&self.faults.sync)?;
@@ -640,12 +724,18 @@ impl crate::log::SegmentFile for FaultyFile {
     fn std_file(&self) -> &std::fs::File {
         self.inner.std_file()
     }
+    fn drop_cached(&self, from: u64) {
+        if !self.faults.stale_stuck.load(std::sync::atomic::Ordering::SeqCst) {
+            *self.faults.stale.lock() = None;
+        }
+        self.inner.drop_cached(from);
+    }
 }
 
 #[test]
 fn failed_write_or_fsync_poisons_the_log_until_reopen() {
     let faults = Faults::default();
-    let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
+    let io = FaultyBackend::over_std(&faults);
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), LogConfig::default(), &io);
     log.append_as_leader(batch_with(2, 0, 10).into(), 0, 0).unwrap();
@@ -677,7 +767,7 @@ fn failed_write_or_fsync_poisons_the_log_until_reopen() {
 #[test]
 fn flush_messages_marks_the_append_that_reaches_it_without_fsyncing_inline() {
     let faults = Faults::default();
-    let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
+    let io = FaultyBackend::over_std(&faults);
     let dir = tempfile::tempdir().unwrap();
     let cfg = LogConfig { flush_interval_messages: 3, ..LogConfig::default() };
     let mut log = open(dir.path(), cfg, &io);
@@ -708,7 +798,7 @@ fn flush_ms_marks_the_first_append_after_the_interval() {
 #[test]
 fn a_failed_flush_of_a_rolled_segment_poisons_the_log() {
     let faults = Faults::default();
-    let io: Arc<dyn IoBackend> = Arc::new(FaultyBackend(faults.clone()));
+    let io = FaultyBackend::over_std(&faults);
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), small_config(), &io);
     Faults::set(&faults.sync, true);

@@ -19,17 +19,27 @@
 //!
 //! # Recovery
 //! [`Segment::recover`] scans every batch (length, magic, CRC, offset order) and truncates the
-//! file at the first one that fails, then rewrites both indexes. What it cuts off is first
-//! copied to `<segment>.log.cut-<position>-<unix ms>` beside it ([`keep_bytes`]; in the kernel,
-//! at the disk's speed, a whole segment at most), so that a scan that was wrong about the bytes
-//! (or an operator who wants them) still has them; if that copy fails, the warning says so and
-//! the cut goes ahead. Segments dropped whole because an older one was torn are renamed to
-//! `<segment>.log.cut-all-<unix ms>` ([`keep_file`]). Nothing reads or deletes these files
-//! (deleting the partition does); the open ignores them. Opening without recovery trusts the
-//! `.log` but rebuilds a missing or malformed index and re-derives the segment's end
-//! from the last index entry onwards. Both first cut the zero padding a crash can leave behind
-//! direct-I/O appends (zeros from the last batch to a block boundary, `cut_zero_padding`), as
-//! no sign of damage.
+//! file at the first one that fails, then rewrites both indexes.
+//!
+//! Before it cuts, it reads the first bytes it would cut again with `O_DIRECT`, past the page
+//! cache ([`Segment::disk_view`]). Where the disk holds other bytes than the page cache gave the
+//! scan (clean cached pages that are not what the disk has, which the kernel can leave behind
+//! when a file written with `O_DIRECT` is also read through the cache), it drops the file's
+//! cached pages from there on and scans once more, now from the disk; what is still bad after
+//! that is cut. The warning for a cut says what the disk held there (`disk=`), so that a cut
+//! nobody expected tells whether the bad bytes came from the page cache or from the disk.
+//!
+//! What it cuts off is first copied to `<segment>.log.cut-<position>-<unix ms>` beside it
+//! ([`keep_bytes`]; in the kernel, at the disk's speed, a whole segment at most), so that a scan
+//! that was wrong about the bytes (or an operator who wants them) still has them; if that copy
+//! fails, the warning says so and the cut goes ahead. Segments dropped whole because an older
+//! one was torn are renamed to `<segment>.log.cut-all-<unix ms>` ([`keep_file`]). Nothing reads
+//! or deletes these files (deleting the partition does); the open ignores them.
+//!
+//! Opening without recovery trusts the `.log` but rebuilds a missing or malformed index and
+//! re-derives the segment's end from the last index entry onwards. Both first cut the zero
+//! padding a crash can leave behind direct-I/O appends (zeros from the last batch to a block
+//! boundary, `cut_zero_padding`), as no sign of damage.
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,6 +49,7 @@ use bytes::Bytes;
 use super::error::LogError;
 use super::flush::FlushJob;
 use super::index::{IndexLoad, OffsetIndex, TimeIndex};
+use super::io::direct_read::{self, READ_CHUNK};
 use super::io::{FileSlice, IoBackend, SegmentFile};
 use crate::protocol::record_batch::{crc_is_valid, BatchHeader, BatchIter, BATCH_HEADER_LEN, LOG_OVERHEAD, MIN_BATCH_LENGTH};
 
@@ -72,6 +83,38 @@ pub fn offset_from_file_name(name: &str, ext: &str) -> Option<i64> {
         return None;
     }
     stem.parse().ok()
+}
+
+/// The bytes where a recovery scan stopped, as the disk holds them against what the scan read
+/// through the page cache ([`Segment::disk_view`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DiskView {
+    /// The disk holds the bytes the scan read.
+    Same,
+    /// The disk holds other bytes, the first at this distance from where the scan stopped.
+    Differs(usize),
+    /// Not compared, and why (a filesystem without `O_DIRECT`, a failed read).
+    Unchecked(String),
+}
+
+impl DiskView {
+    fn of(cached: &[u8], disk: &[u8]) -> DiskView {
+        match cached.iter().zip(disk).position(|(c, d)| c != d) {
+            Some(at) => DiskView::Differs(at),
+            None if cached.len() == disk.len() => DiskView::Same,
+            None => DiskView::Differs(cached.len().min(disk.len())),
+        }
+    }
+}
+
+impl std::fmt::Display for DiskView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DiskView::Same => write!(f, "the same bytes as the page cache"),
+            DiskView::Differs(at) => write!(f, "other bytes than the page cache, from {at} bytes on"),
+            DiskView::Unchecked(why) => write!(f, "not compared ({why})"),
+        }
+    }
 }
 
 /// Where a scan stopped.
@@ -346,6 +389,12 @@ impl Segment {
     /// Scans every batch, truncates at the first bad one and rewrites both indexes.
     /// Returns the number of bytes dropped.
     pub fn recover(&mut self) -> Result<u64, LogError> {
+        self.recover_looking_again(true)
+    }
+
+    /// [`Segment::recover`]; with `look_again`, bytes the scan rejects that the disk holds
+    /// otherwise are read again from the disk before anything is cut (see the module doc).
+    fn recover_looking_again(&mut self, look_again: bool) -> Result<u64, LogError> {
         self.next_offset = self.base_offset;
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = -1;
@@ -374,12 +423,26 @@ impl Segment {
         })?;
         let dropped = self.size - end.valid_end;
         if dropped > 0 && !self.cut_zero_padding(end.valid_end)? {
+            let disk = self.disk_view(end.valid_end);
+            if look_again && matches!(disk, DiskView::Differs(_)) {
+                tracing::error!(
+                    path = %self.log_path.display(),
+                    position = end.valid_end,
+                    reason = end.problem.as_deref().unwrap_or("unknown"),
+                    disk = %disk,
+                    "the page cache holds other bytes than the disk where recovery would cut the log; \
+                     dropping the cached pages and scanning again"
+                );
+                self.file.drop_cached(end.valid_end);
+                return self.recover_looking_again(false);
+            }
             let kept = keep_bytes(&self.log_path, end.valid_end);
             tracing::warn!(
                 path = %self.log_path.display(),
                 position = end.valid_end,
                 bytes_dropped = dropped,
                 reason = end.problem.as_deref().unwrap_or("unknown"),
+                disk = %disk,
                 kept_in = %kept,
                 "truncating corrupt or torn tail of log segment"
             );
@@ -394,6 +457,26 @@ impl Segment {
         self.time_index = TimeIndex::create(self.time_index.path(), times)?;
         self.load_first_batch_timestamp()?;
         Ok(dropped)
+    }
+
+    /// The first bytes from `pos` (one direct read's worth, see `direct_read::READ_CHUNK`) as the
+    /// disk holds them, read with `O_DIRECT` past the page cache, compared with what a read
+    /// through the page cache returns. A dirty page is written out before an `O_DIRECT` read of
+    /// it, so the two differ only where the page cache holds clean pages that are not what the
+    /// disk has.
+    pub(crate) fn disk_view(&self, pos: u64) -> DiskView {
+        use std::os::unix::fs::OpenOptionsExt;
+        let block = super::io::direct::BLOCK as u64;
+        let len = self.size.saturating_sub(pos).min(READ_CHUNK as u64 - pos % block) as usize;
+        let cached = match self.read(pos, len) {
+            Ok(b) => b,
+            Err(e) => return DiskView::Unchecked(e.to_string()),
+        };
+        let direct = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&self.log_path);
+        match direct.and_then(|f| direct_read::read(&f, pos, pos + len as u64)) {
+            Ok(disk) => DiskView::of(&cached, disk.bytes()),
+            Err(e) => DiskView::Unchecked(format!("no direct read: {e}")),
+        }
     }
 
     /// Cuts the file at `valid_end` (where the batches stop) if all that follows is the zero

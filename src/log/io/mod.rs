@@ -114,6 +114,16 @@ pub trait SegmentFile: Send + Sync + fmt::Debug {
     /// The open file itself, for reads that bypass the backend: `sendfile(2)` of fetched
     /// ranges and small positional reads on the calling thread (see [`FileSlice`]).
     fn std_file(&self) -> &File;
+    /// Drops the clean pages of the file from `from` to its end out of the page cache
+    /// (`POSIX_FADV_DONTNEED`), so that the next reads of them come from the disk. Recovery does
+    /// this when the page cache and the disk disagree (see `segment.rs`, "Recovery").
+    fn drop_cached(&self, from: u64) {
+        use std::os::fd::AsRawFd;
+        let Ok(at) = libc::off_t::try_from(from) else { return };
+        // SAFETY: plain syscall on an open descriptor; no memory is passed. A failure leaves
+        // the pages cached, and the scan that follows reads what it read before.
+        unsafe { libc::posix_fadvise(self.std_file().as_raw_fd(), at, 0, libc::POSIX_FADV_DONTNEED) };
+    }
 }
 
 /// A byte range of one segment's `.log` file that holds the file open: what a fetch response
