@@ -533,3 +533,95 @@ fn responses_held_behind_an_fsync_keep_request_order() {
     assert_eq!(resp.responses[0].partition_responses[0].base_offset, 120);
     assert!(c.is_closed());
 }
+
+/// A produce of 64 KiB or more appends on the blocking pool while its connection reads on: a
+/// producer's pipelined large batches still land in the order sent, idempotent sequences and
+/// all, and a request behind them sees their appends (ListOffsets gives the offset after the
+/// produce before it, a fetch returns its records), with every response in request order.
+#[test]
+fn pipelined_large_produces_append_in_order_and_before_the_requests_behind_them() {
+    use kafka_protocol::protocol::Decodable;
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "big", 1);
+    let pid = c.call(&InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000), 4);
+    assert_eq!(pid.error_code, 0);
+    let (producer_id, records_per_batch) = (pid.producer_id.0, 40);
+    // 40 records of 2 KiB: about 80 KiB per request, past the 64 KiB from which appends leave
+    // the connection's task.
+    let batch = |n: i32| {
+        let recs: Vec<common::Rec> = (0..records_per_batch)
+            .map(|i| common::Rec { key: None, value: format!("b{n}-r{i}-{}", "y".repeat(2048)), timestamp: 1_700_000_000_000 })
+            .collect();
+        common::encode_batch(&recs, Some((producer_id, n * records_per_batch)))
+    };
+    let produce_acks = |n: i32, acks: i16| {
+        ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(name("big"))
+            .with_partition_data(vec![produce_request::PartitionProduceData::default().with_index(0).with_records(Some(batch(n)))])])
+    };
+    let produce = |n: i32| produce_acks(n, -1);
+    let list_offsets = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        list_offsets_request::ListOffsetsTopic::default()
+            .with_name(name("big"))
+            .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)]),
+    ]);
+    let per = records_per_batch as i64;
+    for round in 0..5i32 {
+        // Three produces back to back, then ListOffsets, in one write.
+        let mut buf = BytesMut::new();
+        for n in 0..3 {
+            buf.extend_from_slice(&c.encode(&produce(round * 3 + n), 9));
+        }
+        let lo = c.encode(&list_offsets, 7);
+        let first_corr = i32::from_be_bytes(lo[8..12].try_into().unwrap()) - 3;
+        buf.extend_from_slice(&lo);
+        c.send_raw(&buf);
+        for i in 0..3i64 {
+            let mut frame = c.read_frame().expect("connection closed");
+            let header = ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9)).unwrap();
+            assert_eq!(header.correlation_id, first_corr + i as i32, "round {round}: response {i} out of order");
+            let resp = ProduceResponse::decode(&mut frame, 9).unwrap();
+            let p = &resp.responses[0].partition_responses[0];
+            assert_eq!((p.error_code, p.base_offset), (0, (round as i64 * 3 + i) * per), "round {round}, produce {i}");
+        }
+        let mut frame = c.read_frame().expect("connection closed");
+        let header = ResponseHeader::decode(&mut frame, ApiKey::ListOffsets.response_header_version(7)).unwrap();
+        assert_eq!(header.correlation_id, first_corr + 3);
+        let resp = ListOffsetsResponse::decode(&mut frame, 7).unwrap();
+        assert_eq!(resp.topics[0].partitions[0].offset, (round as i64 + 1) * 3 * per, "round {round}: ListOffsets ran before the appends");
+    }
+    // One more produce with a fetch of its records right behind it.
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&c.encode(&produce(15), 9));
+    let fetch = FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(1 << 20).with_topics(vec![
+        fetch_request::FetchTopic::default().with_topic(name("big")).with_partitions(vec![fetch_request::FetchPartition::default()
+            .with_partition(0)
+            .with_fetch_offset(15 * per)
+            .with_partition_max_bytes(1 << 20)]),
+    ]);
+    buf.extend_from_slice(&c.encode(&fetch, 12));
+    c.send_raw(&buf);
+    let mut frame = c.read_frame().expect("connection closed");
+    ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9)).unwrap();
+    assert_eq!(ProduceResponse::decode(&mut frame, 9).unwrap().responses[0].partition_responses[0].base_offset, 15 * per);
+    let mut frame = c.read_frame().expect("connection closed");
+    ResponseHeader::decode(&mut frame, ApiKey::Fetch.response_header_version(12)).unwrap();
+    let resp = FetchResponse::decode(&mut frame, 12).unwrap();
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 16 * per));
+    assert_eq!(p.records.as_ref().map(|r| r.len()), Some(batch(15).len()), "the fetch returns the batch produced before it");
+    // acks=0: no response, and ListOffsets behind two such produces sees both.
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&c.encode(&produce_acks(16, 0), 9));
+    buf.extend_from_slice(&c.encode(&produce_acks(17, 0), 9));
+    let lo = c.encode(&list_offsets, 7);
+    let corr = i32::from_be_bytes(lo[8..12].try_into().unwrap());
+    buf.extend_from_slice(&lo);
+    c.send_raw(&buf);
+    let mut frame = c.read_frame().expect("connection closed");
+    let header = ResponseHeader::decode(&mut frame, ApiKey::ListOffsets.response_header_version(7)).unwrap();
+    assert_eq!(header.correlation_id, corr, "acks=0 produces get no response");
+    let resp = ListOffsetsResponse::decode(&mut frame, 7).unwrap();
+    assert_eq!(resp.topics[0].partitions[0].offset, 18 * per);
+}

@@ -49,9 +49,9 @@ pub enum Dispatch {
     Stream(Vec<fetch_frame::ResponsePart>),
     /// Nothing to send (acks=0 produce).
     Silent,
-    /// The response is still being made by this task (an acks=all produce waiting for its
-    /// fsyncs under `flush.acks.all`); requests behind it may be handled meanwhile, but their
-    /// responses are written after this one.
+    /// The response is still being made by this task (a large produce appending on the
+    /// blocking pool, or one waiting for its fsyncs under `flush.acks.all`); requests behind it
+    /// may be handled meanwhile, but their responses are written after this one.
     Later(tokio::task::JoinHandle<Dispatch>),
     /// Close the connection (bad request, or a failed acks=0 produce), with the reason logged.
     Close(String),
@@ -153,7 +153,8 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
 }
 
 /// Runs one request whose header has been read; `body` is positioned at the request message.
-pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> Dispatch {
+/// A produce given a `turn` appends on the blocking pool in that turn ([`produce::handle`]).
+pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes, turn: Option<produce::AppendTurn>) -> Dispatch {
     if matches!(
         api_key,
         ApiKey::JoinGroup
@@ -171,22 +172,7 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         ApiKey::ApiVersions => handle_with!(ctx, body, ApiVersionsRequest, api_versions::handle),
         ApiKey::Metadata => handle_with!(ctx, body, MetadataRequest, metadata::handle),
         ApiKey::Produce => match ProduceRequest::decode(&mut body, ctx.api_version) {
-            Ok(req) => {
-                let acks = req.acks;
-                let written = produce::append(&ctx, req);
-                if acks == 0 {
-                    // acks=0 waits only for an fsync due by flush.messages / flush.ms, on the
-                    // blocking pool; a failure closes the connection like any other.
-                    match produce::first_error(&written.finish().await) {
-                        Some(code) => Dispatch::Close(format!("acks=0 produce failed with error code {code}")),
-                        None => Dispatch::Silent,
-                    }
-                } else if written.is_complete() {
-                    respond(&ctx, &written.finish().await)
-                } else {
-                    Dispatch::Later(tokio::spawn(async move { respond(&ctx, &written.finish().await) }))
-                }
-            }
+            Ok(req) => produce::handle(ctx, req, turn).await,
             Err(e) => Dispatch::Close(format!("malformed ProduceRequest: {e}")),
         },
         ApiKey::Fetch => match FetchRequest::decode(&mut body, ctx.api_version) {

@@ -14,6 +14,15 @@
 //! [`Written::finish`] waits. The connection runs the wait as a task of its own and goes on
 //! with the requests behind it (see `network/connection.rs`), so the pipelined requests of one
 //! producer share an fsync too.
+//!
+//! Where the appends run: a request of less than [`OFF_RUNTIME_FROM`] bytes is appended on the
+//! connection's task, where a small write through the page cache costs less than handing it to
+//! another thread. A larger one is appended on the blocking pool, as its batches go to the
+//! device with `O_DIRECT` and each write waits for the device: on the runtime thread that wait
+//! would stall every connection the thread serves. Its connection reads the request behind it
+//! meanwhile, and each request takes its [`AppendTurn`]: its appends start once those of the
+//! request before it on the connection are done, so one producer's batches reach the log in the
+//! order it sent them.
 
 use std::sync::Arc;
 
@@ -21,11 +30,87 @@ use kafka_protocol::messages::produce_response::*;
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 
-use super::{str_bytes, RequestContext};
+use futures::future::{FutureExt, Shared};
+use tokio::sync::oneshot;
+
+use super::{str_bytes, Dispatch, RequestContext};
 use crate::broker::error_chain;
 use crate::log::LogError;
 use crate::protocol::record_batch::ProduceValidationError;
 use crate::replication::{AppendError, Partition};
+
+/// Requests of this many bytes or more are appended on the blocking pool (see the module docs):
+/// the size from which an append goes to the device with `O_DIRECT`.
+pub const OFF_RUNTIME_FROM: usize = crate::log::io::direct::DIRECT_FROM as usize;
+
+/// Resolves once a request's appends are done (or its task ended without them).
+pub type AppendsDone = Shared<oneshot::Receiver<()>>;
+
+/// A request's place in its connection's order of appends: its appends start once `after`
+/// resolves, and it signals `done` when its own are made.
+pub struct AppendTurn {
+    pub after: Option<AppendsDone>,
+    pub done: oneshot::Sender<()>,
+}
+
+impl AppendTurn {
+    /// A turn after `after`, and what resolves once this turn's appends are done.
+    pub fn after(after: Option<AppendsDone>) -> (AppendTurn, AppendsDone) {
+        let (done, rx) = oneshot::channel();
+        (AppendTurn { after, done }, rx.shared())
+    }
+}
+
+/// Appends `req` and answers it. Without a turn the appends run here, on the connection's
+/// task. With one they run on the blocking pool once the turn comes, from a task of its own
+/// whose response the connection holds; for acks=0, which has no response and closes the
+/// connection if an append failed, the connection waits for them instead, as it would inline.
+pub async fn handle(ctx: RequestContext, req: ProduceRequest, turn: Option<AppendTurn>) -> Dispatch {
+    let acks = req.acks;
+    let Some(AppendTurn { after, done }) = turn else {
+        let written = append(&ctx, req);
+        return answer(ctx, acks, written).await;
+    };
+    let appended = async move {
+        if let Some(after) = after {
+            // An Err is a request whose task ended without signalling: nothing to wait for.
+            let _ = after.await;
+        }
+        let (ctx, written) = super::off_runtime(move || {
+            let written = append(&ctx, req);
+            (ctx, written)
+        })
+        .await;
+        let _ = done.send(());
+        (ctx, written)
+    };
+    if acks == 0 {
+        let (ctx, written) = appended.await;
+        return answer(ctx, acks, written).await;
+    }
+    Dispatch::Later(tokio::spawn(async move {
+        let (ctx, written) = appended.await;
+        super::respond(&ctx, &written.finish().await)
+    }))
+}
+
+/// The answer to a produce whose batches are appended: none for acks=0 (the connection closes
+/// if a partition failed, as Kafka does), else the response, from a task of its own if it
+/// waits for fsyncs.
+async fn answer(ctx: RequestContext, acks: i16, written: Written) -> Dispatch {
+    if acks == 0 {
+        // acks=0 waits only for an fsync due by flush.messages / flush.ms, on the blocking
+        // pool; a failure closes the connection like any other.
+        match first_error(&written.finish().await) {
+            Some(code) => Dispatch::Close(format!("acks=0 produce failed with error code {code}")),
+            None => Dispatch::Silent,
+        }
+    } else if written.is_complete() {
+        super::respond(&ctx, &written.finish().await)
+    } else {
+        Dispatch::Later(tokio::spawn(async move { super::respond(&ctx, &written.finish().await) }))
+    }
+}
 
 /// Maps an append failure to Kafka's error code and message.
 fn append_error(e: &AppendError) -> (ResponseError, String) {
@@ -152,7 +237,7 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
 }
 
 /// The first non-zero error code in a response (acks=0 closes the connection on errors).
-pub fn first_error(resp: &ProduceResponse) -> Option<i16> {
+fn first_error(resp: &ProduceResponse) -> Option<i16> {
     resp.responses
         .iter()
         .flat_map(|t| t.partition_responses.iter())

@@ -171,11 +171,16 @@ const OPEN_THREADS: usize = 8;
 impl Broker {
     /// Formats empty log dirs, then opens every partition directory found.
     pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
-        let cluster_id = metadata::load_or_format(&config.log_dirs, config.node_id)?;
         let mut io = log::select_backend(config.io_backend).map_err(BrokerError::IoBackend)?;
         if config.io_direct {
             io = Arc::new(log::io::DirectBackend::new(io).direct_reads(config.io_direct_reads));
         }
+        Self::open_with_io(config, io)
+    }
+
+    /// [`Broker::open`] with the segment file backend given (tests inject faults with it).
+    pub(crate) fn open_with_io(config: BrokerConfig, io: Arc<dyn IoBackend>) -> Result<Broker, BrokerError> {
+        let cluster_id = metadata::load_or_format(&config.log_dirs, config.node_id)?;
         for dir in &config.log_dirs {
             io.prepare_dir(dir);
         }

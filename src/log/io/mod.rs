@@ -310,6 +310,95 @@ pub(crate) fn test_backends() -> Vec<Arc<dyn IoBackend>> {
     v
 }
 
+/// A backend over [`StdBackend`] whose writes of `from` bytes or more wait while the gate is
+/// closed, as a write to a slow device would (tests). A held write gives up waiting after
+/// 10 s, so that a test whose runtime thread it blocks fails instead of hanging.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct WriteGate {
+    from: usize,
+    /// (closed, writes waiting now, writes that gave up waiting)
+    state: parking_lot::Mutex<(bool, usize, usize)>,
+    changed: parking_lot::Condvar,
+}
+
+#[cfg(test)]
+impl WriteGate {
+    /// A closed gate for writes of `from` bytes or more.
+    pub(crate) fn closed_from(from: usize) -> Arc<WriteGate> {
+        Arc::new(WriteGate { from, state: parking_lot::Mutex::new((true, 0, 0)), changed: parking_lot::Condvar::new() })
+    }
+    /// A backend whose files' writes pass this gate.
+    pub(crate) fn backend(self: &Arc<Self>) -> Arc<dyn IoBackend> {
+        Arc::new(GatedWrites(Arc::clone(self)))
+    }
+    pub(crate) fn open(&self) {
+        self.state.lock().0 = false;
+        self.changed.notify_all();
+    }
+    /// Writes waiting at the gate now, and writes that gave up waiting.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let st = self.state.lock();
+        (st.1, st.2)
+    }
+    fn pass(&self, len: usize) {
+        if len < self.from {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut st = self.state.lock();
+        st.1 += 1;
+        while st.0 {
+            if self.changed.wait_until(&mut st, deadline).timed_out() {
+                st.2 += 1;
+                break;
+            }
+        }
+        st.1 -= 1;
+    }
+}
+
+#[cfg(test)]
+#[derive(Debug)]
+struct GatedWrites(Arc<WriteGate>);
+
+#[cfg(test)]
+#[derive(Debug)]
+struct GatedWriteFile(Box<dyn SegmentFile>, Arc<WriteGate>);
+
+#[cfg(test)]
+impl IoBackend for GatedWrites {
+    fn name(&self) -> &'static str {
+        "gated-writes"
+    }
+    fn open(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+        Ok(Box::new(GatedWriteFile(StdBackend.open(path)?, Arc::clone(&self.0))))
+    }
+}
+
+#[cfg(test)]
+impl SegmentFile for GatedWriteFile {
+    fn write_at(&self, pos: u64, parts: &[Bytes]) -> io::Result<()> {
+        self.1.pass(parts.iter().map(Bytes::len).sum());
+        self.0.write_at(pos, parts)
+    }
+    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
+        self.0.read_at(pos, len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn std_file(&self) -> &File {
+        self.0.std_file()
+    }
+}
+
 /// Whether each page of the file is resident in the page cache (mmap + mincore; tests).
 #[cfg(test)]
 pub(crate) fn residency(file: &File) -> Vec<bool> {
