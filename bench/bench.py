@@ -31,6 +31,9 @@ CFG = {
     "lat_secs": env("BENCH_LAT_SECS", 10.0, 20.0),             # per latency run
     "lat_runs": env("BENCH_LAT_RUNS", 1, 3),                    # latency runs per session (median taken)
     "lat_warmup": env("BENCH_LAT_WARMUP", 5.0, 60.0),           # seconds at the rate before the first run counts
+    "load_lat_secs": env("BENCH_LOAD_LAT_SECS", 5.0, 10.0),    # latency run under load (one per session)
+    "load_warmup": env("BENCH_LOAD_WARMUP", 3.0, 20.0),         # seconds at the rate, without load, first
+    "load_records": env("BENCH_LOAD_RECORDS", 40000000, 40000000),  # the load producer's, stopped when the run ends
     "scale_partitions": env("BENCH_SCALE_PARTITIONS", 1000, 10000),
     "scale_per_topic": env("BENCH_SCALE_PER_TOPIC", 100, 100),
     "broker_cpus": os.environ.get("BENCH_BROKER_CPUS", "0" if os.cpu_count() >= 2 else "0"),
@@ -38,7 +41,7 @@ CFG = {
     "kafka_heap": os.environ.get("BENCH_KAFKA_HEAP", "-Xmx1G -Xms1G"),
     "dd_mib": env("BENCH_DD_MIB", 256, 2048),
     "dd_files": env("BENCH_DD_FILES", 3, 4),                     # page-cache floor: files of dd_mib
-    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,recovery,scale,buffered,pcreads").split(","),
+    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,loaded,recovery,scale,buffered,pcreads").split(","),
     "perf": os.environ.get("BENCH_PERF", "0") == "1",
 }
 WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, ".cache", "bench", "work"))
@@ -404,7 +407,12 @@ def host_steal_s():
 LAT_KEYS = ("mean_ms", "p50_ms", "p99_ms", "p999_ms", "max_ms")
 
 
-def latency_run(b, rnd, res, sampler, topic, key):
+def latency_cmd(topic, secs, warmup):
+    return [RDK, "latency", "-b", BOOT, "-t", topic, "-r", str(CFG["lat_rate"]), "-d", str(secs), "-w", str(warmup),
+            "-s", str(CFG["record_size"]), "-X", "acks=all", "-X", "enable.idempotence=true", "-X", "linger.ms=0"]
+
+
+def latency_run(b, rnd, res, sampler, topic, key, runs=None, first_warmup=None, secs=None):
     """End-to-end latency at the fixed rate on `topic`, new with one partition, stored under `key`.
 
     CFG["lat_runs"] runs of CFG["lat_secs"] each, kept under "runs" with the host steal time during
@@ -413,24 +421,23 @@ def latency_run(b, rnd, res, sampler, topic, key):
     hypervisor running someone else) moves a whole run's p99; a median over runs keeps one such run
     from deciding the figure, and the steal figures show which runs it hit. The first run sends at the rate
     for CFG["lat_warmup"] seconds before it counts: Kafka's p99 at this rate falls for a minute or two
-    of it (its JIT compiling the paths of one-record batches), after the produce runs."""
+    of it (its JIT compiling the paths of one-record batches), after the produce runs. `runs`,
+    `first_warmup` and `secs` override those settings."""
     create_topics([(topic, 1)])
     sampler.reset()
-    runs = []
-    for i in range(CFG["lat_runs"]):
+    runs_done = []
+    for i in range(runs or CFG["lat_runs"]):
         steal0 = host_steal_s()
-        warmup = CFG["lat_warmup"] if i == 0 else 1
-        rc, out, err, wall, ccpu = run_client([RDK, "latency", "-b", BOOT, "-t", topic, "-r", str(CFG["lat_rate"]),
-                                               "-d", str(CFG["lat_secs"]), "-w", str(warmup),
-                                               "-s", str(CFG["record_size"]), "-X", "acks=all",
-                                               "-X", "enable.idempotence=true", "-X", "linger.ms=0"])
+        warmup = (CFG["lat_warmup"] if first_warmup is None else first_warmup) if i == 0 else 1
+        rc, out, err, wall, ccpu = run_client(latency_cmd(topic, secs or CFG["lat_secs"], warmup))
         j = last_json(out)
         run = j if (j and rc == 0) else {"error": first_error(err) or f"exit {rc}", **(j or {})}
         run["host_steal_s"] = round(host_steal_s() - steal0, 2)
-        runs.append(run)
+        runs_done.append(run)
         log(b.name, rnd, key, "run", run)
         if "error" in run:
             break
+    runs = runs_done
     r = {"runs": runs, "host_steal_s": round(sum(x["host_steal_s"] for x in runs), 2)}
     failed = [x for x in runs if "error" in x]
     if failed:
@@ -655,6 +662,43 @@ def session_scale(b, rnd, res):
     b.stop()
 
 
+def session_loaded_latency(b, rnd, res):
+    """Fresh broker: end-to-end latency at the fixed rate (one run) while another producer writes
+    16 partitions at full speed (rdkbench acks=1, its own connection), the load a latency-sensitive
+    topic shares a broker's threads and disk with. The load starts 1 s before the run and is
+    stopped when it ends; its throughput meanwhile is kept under "loaded/load_mbps". First the
+    rate runs for CFG["load_warmup"] s without load and without counting (Kafka's JIT, see
+    latency_run)."""
+    b.start(fresh=True)
+    sampler = RssSampler(b.pid)
+    load = None
+    try:
+        create_topics([("load", 16), ("lat-warm", 1)])
+        run_client(latency_cmd("lat-warm", CFG["load_warmup"], 1))
+        t0 = time.monotonic()
+        load = subprocess.Popen(pin(CFG["client_cpus"]) + [RDK, "produce", "-b", BOOT, "-t", "load", "-n", str(CFG["load_records"]),
+                                                            "-s", str(CFG["record_size"]), "-X", "acks=1"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        latency_run(b, rnd, res, sampler, "lat-load", "loaded/latency", runs=1, first_warmup=1, secs=CFG["load_lat_secs"])
+        if load.poll() is not None:
+            res["loaded/load_error"] = f"the load producer ended early (exit {load.returncode})"
+        load.kill()
+        load.wait()
+        wall = time.monotonic() - t0
+        res["loaded/load_mbps"] = latest_offsets("load", 16) * CFG["record_size"] / 2**20 / wall
+        log(b.name, rnd, "loaded", {"load_mbps": round(res["loaded/load_mbps"], 1)})
+    except Exception as e:  # noqa
+        res["loaded_error"] = str(e)[:400]
+        log(b.name, rnd, "loaded latency failed:", e)
+    finally:
+        if load and load.poll() is None:
+            load.kill()
+            load.wait()
+        sampler.close()
+        b.stop()
+
+
 # ---------------------------------------------------------------- machine ceilings
 def cpu_ticks():
     """/proc/stat's all-CPU line: user nice system idle iowait irq softirq steal ..., in clock ticks."""
@@ -816,6 +860,9 @@ def main():
             t1 = time.monotonic()
             try:
                 session_main(b, rnd, res, WORK)
+                if "loaded" in CFG["workloads"]:
+                    shutil.rmtree(b.data, ignore_errors=True)
+                    session_loaded_latency(b, rnd, res)
                 if "scale" in CFG["workloads"]:
                     session_scale(b, rnd, res)
                 if "buffered" in CFG["workloads"] and name == "sluice":

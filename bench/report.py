@@ -76,6 +76,8 @@ def fmt(x, nd=1):
 
 CATCH_UP = "Consume (catch-up from offset 0, right after the produce runs)"
 FROM_DISK = "Consume from the disk (catch-up from offset 0 after dropping the page cache)"
+LOADED = ("End-to-end latency while another producer writes 16 partitions at full speed "
+          "(rdkbench acks=1, own connection; one run per session, after a warm-up without load)")
 ROWS = []  # (section, label, path, unit, better[, Kafka's path where it differs])
 n_mib = CFG["records"] * CFG["record_size"] / 2**20
 for toolname, tl in (("perftest", "kafka-producer-perf-test"), ("rdk", "rdkbench (librdkafka C)")):
@@ -110,6 +112,10 @@ ROWS += [
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99", ["latency", "p99_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99.9", ["latency", "p999_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "max", ["latency", "max_ms"], "ms", "lower"),
+    (LOADED, f"p50 at {CFG['lat_rate']} records/s", ["loaded/latency", "p50_ms"], "ms", "lower"),
+    (LOADED, "p99", ["loaded/latency", "p99_ms"], "ms", "lower"),
+    (LOADED, "p99.9", ["loaded/latency", "p999_ms"], "ms", "lower"),
+    (LOADED, "the load producer's throughput meanwhile", ["loaded/load_mbps"], "MiB/s", "higher"),
 ] + [("Broker CPU per GiB produced", lab, [k, "broker_cpu_s_per_gib"], "CPU s/GiB", "lower") for lab, k in CPU_PRODUCED] + [
     ("Resources", "RSS idle after start", ["rss_idle_mib"], "MiB", "lower"),
     ("Resources", "RSS peak under produce load (sampled every 50 ms)", ["rss_load_peak_mib"], "MiB", "lower"),
@@ -172,11 +178,11 @@ def latency_runs():
     """Each latency run's p99 with the host steal time during it (results that record runs only)."""
     rows = []
     for r in R["rounds"]:
-        for key in ("latency", "buffered/latency"):
+        for key in ("latency", "loaded/latency", "buffered/latency"):
             lat = r.get(key)
             if not isinstance(lat, dict) or not lat.get("runs"):
                 continue
-            who = r["broker"] + (" (log.io.direct=false)" if key.startswith("buffered/") else "")
+            who = r["broker"] + {"buffered/latency": " (log.io.direct=false)", "loaded/latency": " (under load)"}.get(key, "")
             cells = ", ".join("fails" if "error" in x else f"{x.get('p99_ms', 0):.2f} ms ({x.get('host_steal_s', 0):.2f} s)"
                               for x in lat["runs"])
             rows.append(f"| {who} | {r['round']} | {cells} |")
