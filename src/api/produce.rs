@@ -16,13 +16,14 @@
 //! producer share an fsync too.
 //!
 //! Where the appends run: a request of less than [`OFF_RUNTIME_FROM`] bytes is appended on the
-//! connection's task, where a small write through the page cache costs less than handing it to
-//! another thread. A larger one is appended on the blocking pool, as its batches go to the
-//! device with `O_DIRECT` and each write waits for the device: on the runtime thread that wait
-//! would stall every connection the thread serves. Its connection reads the request behind it
-//! meanwhile, and each request takes its [`AppendTurn`]: its appends start once those of the
-//! request before it on the connection are done, so one producer's batches reach the log in the
-//! order it sent them.
+//! connection's task: the small requests of a producer at a moderate rate would otherwise each
+//! pay a hand-off to another thread and back in latency. A larger one is appended on the
+//! blocking pool: its batches of 64 KiB or more go to the device with `O_DIRECT` and each such
+//! write waits for the device, and smaller ones still copy that much into the page cache. On
+//! the runtime thread either would stall every connection the thread serves. Its connection
+//! reads the request behind it meanwhile, and each request takes its [`AppendTurn`]: its appends
+//! start once those of the request before it on the connection are done, so one producer's
+//! batches reach the log in the order it sent them.
 
 use std::sync::Arc;
 
@@ -40,7 +41,7 @@ use crate::protocol::record_batch::ProduceValidationError;
 use crate::replication::{AppendError, Partition};
 
 /// Requests of this many bytes or more are appended on the blocking pool (see the module docs):
-/// the size from which an append goes to the device with `O_DIRECT`.
+/// the size from which an append goes to the device with `O_DIRECT` (`log.io.direct`).
 pub const OFF_RUNTIME_FROM: usize = crate::log::io::direct::DIRECT_FROM as usize;
 
 /// Resolves once a request's appends are done (or its task ended without them).
