@@ -534,14 +534,21 @@ fn responses_held_behind_an_fsync_keep_request_order() {
     assert!(c.is_closed());
 }
 
-/// A produce of 64 KiB or more appends on the blocking pool while its connection reads on: a
+/// A produce of 64 KiB or more appends on the blocking pool, off the connection's task: a
 /// producer's pipelined large batches still land in the order sent, idempotent sequences and
 /// all, and a request behind them sees their appends (ListOffsets gives the offset after the
-/// produce before it, a fetch returns its records), with every response in request order.
+/// produce before it, a fetch returns its records), with every response in request order. With
+/// `log.flush.acks.all` too, where each response also waits for an fsync, and for acks=0.
 #[test]
 fn pipelined_large_produces_append_in_order_and_before_the_requests_behind_them() {
+    for overrides in [&[][..], &["log.flush.acks.all=true"][..]] {
+        large_produces_in_order(overrides);
+    }
+}
+
+fn large_produces_in_order(overrides: &[&str]) {
     use kafka_protocol::protocol::Decodable;
-    let b = Broker::start(&[]);
+    let b = Broker::start(overrides);
     let mut c = b.connect();
     create_topic(&mut c, "big", 1);
     let pid = c.call(&InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000), 4);

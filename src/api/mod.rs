@@ -49,9 +49,9 @@ pub enum Dispatch {
     Stream(Vec<fetch_frame::ResponsePart>),
     /// Nothing to send (acks=0 produce).
     Silent,
-    /// The response is still being made by this task (a large produce appending on the
-    /// blocking pool, or one waiting for its fsyncs under `flush.acks.all`); requests behind it
-    /// may be handled meanwhile, but their responses are written after this one.
+    /// The response is still being made by this task (an acks=all produce waiting for its
+    /// fsyncs under `flush.acks.all`); requests behind it may be handled meanwhile, but their
+    /// responses are written after this one.
     Later(tokio::task::JoinHandle<Dispatch>),
     /// Close the connection (bad request, or a failed acks=0 produce), with the reason logged.
     Close(String),
@@ -153,8 +153,7 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
 }
 
 /// Runs one request whose header has been read; `body` is positioned at the request message.
-/// A produce given a `turn` appends on the blocking pool in that turn ([`produce::handle`]).
-pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes, turn: Option<produce::AppendTurn>) -> Dispatch {
+pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> Dispatch {
     if matches!(
         api_key,
         ApiKey::JoinGroup
@@ -171,9 +170,9 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes, tur
     match api_key {
         ApiKey::ApiVersions => handle_with!(ctx, body, ApiVersionsRequest, api_versions::handle),
         ApiKey::Metadata => handle_with!(ctx, body, MetadataRequest, metadata::handle),
-        ApiKey::Produce => match ProduceRequest::decode(&mut body, ctx.api_version) {
-            Ok(req) => produce::handle(ctx, req, turn).await,
-            Err(e) => Dispatch::Close(format!("malformed ProduceRequest: {e}")),
+        ApiKey::Produce => match (body.len(), ProduceRequest::decode(&mut body, ctx.api_version)) {
+            (size, Ok(req)) => produce::handle(ctx, req, size).await,
+            (_, Err(e)) => Dispatch::Close(format!("malformed ProduceRequest: {e}")),
         },
         ApiKey::Fetch => match FetchRequest::decode(&mut body, ctx.api_version) {
             Ok(req) => {

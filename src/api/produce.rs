@@ -20,19 +20,17 @@
 //! pay a hand-off to another thread and back in latency. A larger one is appended on the
 //! blocking pool: its batches of 64 KiB or more go to the device with `O_DIRECT` and each such
 //! write waits for the device, and smaller ones still copy that much into the page cache. On
-//! the runtime thread either would stall every connection the thread serves. Its connection
-//! reads the request behind it meanwhile, and each request takes its [`AppendTurn`]: its appends
-//! start once those of the request before it on the connection are done, so one producer's
-//! batches reach the log in the order it sent them.
+//! the runtime thread either would stall every connection the thread serves. The connection's
+//! task waits for the append and reads nothing more meanwhile, as for any request, so requests
+//! keep their order. Reading the next request during the append was tried: each request then
+//! arrived in a freshly allocated read buffer, as the one before still held the last, and the
+//! page faults on those cost about as much CPU as the thread switches they saved.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::produce_response::*;
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
-
-use futures::future::{FutureExt, Shared};
-use tokio::sync::oneshot;
 
 use super::{str_bytes, Dispatch, RequestContext};
 use crate::broker::error_chain;
@@ -44,55 +42,20 @@ use crate::replication::{AppendError, Partition};
 /// the size from which an append goes to the device with `O_DIRECT` (`log.io.direct`).
 pub const OFF_RUNTIME_FROM: usize = crate::log::io::direct::DIRECT_FROM as usize;
 
-/// Resolves once a request's appends are done (or its task ended without them).
-pub type AppendsDone = Shared<oneshot::Receiver<()>>;
-
-/// A request's place in its connection's order of appends: its appends start once `after`
-/// resolves, and it signals `done` when its own are made.
-pub struct AppendTurn {
-    pub after: Option<AppendsDone>,
-    pub done: oneshot::Sender<()>,
-}
-
-impl AppendTurn {
-    /// A turn after `after`, and what resolves once this turn's appends are done.
-    pub fn after(after: Option<AppendsDone>) -> (AppendTurn, AppendsDone) {
-        let (done, rx) = oneshot::channel();
-        (AppendTurn { after, done }, rx.shared())
-    }
-}
-
-/// Appends `req` and answers it. Without a turn the appends run here, on the connection's
-/// task. With one they run on the blocking pool once the turn comes, from a task of its own
-/// whose response the connection holds; for acks=0, which has no response and closes the
-/// connection if an append failed, the connection waits for them instead, as it would inline.
-pub async fn handle(ctx: RequestContext, req: ProduceRequest, turn: Option<AppendTurn>) -> Dispatch {
+/// Appends `req` (`size` bytes as received) and answers it: on the connection's task if it is
+/// small, else on the blocking pool while the connection's task waits (see the module docs).
+pub async fn handle(ctx: RequestContext, req: ProduceRequest, size: usize) -> Dispatch {
     let acks = req.acks;
-    let Some(AppendTurn { after, done }) = turn else {
+    if size < OFF_RUNTIME_FROM {
         let written = append(&ctx, req);
         return answer(ctx, acks, written).await;
-    };
-    let appended = async move {
-        if let Some(after) = after {
-            // An Err is a request whose task ended without signalling: nothing to wait for.
-            let _ = after.await;
-        }
-        let (ctx, written) = super::off_runtime(move || {
-            let written = append(&ctx, req);
-            (ctx, written)
-        })
-        .await;
-        let _ = done.send(());
-        (ctx, written)
-    };
-    if acks == 0 {
-        let (ctx, written) = appended.await;
-        return answer(ctx, acks, written).await;
     }
-    Dispatch::Later(tokio::spawn(async move {
-        let (ctx, written) = appended.await;
-        super::respond(&ctx, &written.finish().await)
-    }))
+    let (ctx, written) = super::off_runtime(move || {
+        let written = append(&ctx, req);
+        (ctx, written)
+    })
+    .await;
+    answer(ctx, acks, written).await
 }
 
 /// The answer to a produce whose batches are appended: none for acks=0 (the connection closes

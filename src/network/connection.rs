@@ -9,13 +9,6 @@
 //! [`MAX_HELD_RESPONSES`] of them; past that the connection reads no further request until the
 //! oldest is written.
 //!
-//! A produce of [`produce::OFF_RUNTIME_FROM`] bytes or more appends on the blocking pool, also
-//! from a task of its own, so that the device writes of its batches stall neither the runtime
-//! thread nor this connection's reading of the next request. Order is kept: such a produce
-//! appends after the connection's previous one ([`produce::AppendTurn`]), at most
-//! [`MAX_APPENDS_IN_FLIGHT`] of them are under way, and any other request waits until the
-//! connection's appends are done before it runs, so it sees them as it would have in turn.
-//!
 //! # Invariants
 //! - The read buffer grows by at most [`MAX_READ_RESERVE`] beyond the bytes that have arrived,
 //!   and never past one validated frame; a frame size that is negative or above
@@ -36,7 +29,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::task::{JoinError, JoinHandle};
 
-use crate::api::produce::{self, AppendTurn, AppendsDone};
 use crate::api::{self, api_versions, fetch_session::FetchSessionCache, versions, Dispatch, RequestContext};
 use crate::broker::Broker;
 use crate::metrics::{self, CloseReason, RequestTimes};
@@ -53,31 +45,6 @@ const MAX_READ_RESERVE: usize = 1 << 20;
 /// Most responses held behind one that is still being made (clients keep at most 5 requests in
 /// flight by default).
 const MAX_HELD_RESPONSES: usize = 16;
-
-/// Most large produce requests of one connection appending or waiting for their turn at once;
-/// with two, the next one's append starts as soon as the previous one's ends, while the
-/// connection reads a third. Each holds its request's bytes until its append is done.
-const MAX_APPENDS_IN_FLIGHT: usize = 2;
-
-/// Orders a request after the connection's appends still under way (see the module docs): a
-/// large produce (`off_runtime`) gets its turn after them, once fewer than
-/// [`MAX_APPENDS_IN_FLIGHT`] are; any other request waits until they are all done.
-async fn take_turn(appends: &mut VecDeque<AppendsDone>, off_runtime: bool) -> Option<AppendTurn> {
-    while appends.front().is_some_and(|a| a.peek().is_some()) {
-        appends.pop_front();
-    }
-    let keep = if off_runtime { MAX_APPENDS_IN_FLIGHT - 1 } else { 0 };
-    while appends.len() > keep {
-        // An Err is a task that ended without signalling (it panicked): nothing left to wait for.
-        let _ = appends.pop_front().expect("more than `keep` appends").await;
-    }
-    if !off_runtime {
-        return None;
-    }
-    let (turn, done) = AppendTurn::after(appends.back().cloned());
-    appends.push_back(done);
-    Some(turn)
-}
 
 /// A response that must wait for the ones before it, with what the request metrics need.
 struct Held {
@@ -174,8 +141,6 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
     let mut last_read_at = Instant::now();
     // Responses waiting behind one still being made (see the module docs).
     let mut held: VecDeque<Held> = VecDeque::new();
-    // Large produce requests appending on the blocking pool, oldest first.
-    let mut appends: VecDeque<AppendsDone> = VecDeque::new();
     let outcome: Closed = 'conn: loop {
         // Gather one complete frame, writing held responses as they become ready.
         let len = loop {
@@ -267,9 +232,8 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
             client_id: client_id.clone(),
             fetch_sessions: sessions.clone(),
         };
-        let turn = take_turn(&mut appends, api_key == ApiKey::Produce && body.len() >= produce::OFF_RUNTIME_FROM).await;
         let started = Instant::now();
-        let dispatched = api::dispatch(ctx, api_key, body, turn).await;
+        let dispatched = api::dispatch(ctx, api_key, body).await;
         if !held.is_empty() || matches!(dispatched, Dispatch::Later(_)) {
             let closes = matches!(dispatched, Dispatch::Close(_));
             let api_version = prefix.api_version;
