@@ -56,7 +56,7 @@ fn produce(topic: &str, value_len: usize) -> ProduceRequest {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_large_append_held_at_the_device_stalls_other_connections_not_the_requests_behind_it() {
+async fn a_large_append_held_at_the_device_holds_the_requests_behind_it_not_other_connections() {
     let dir = tempfile::tempdir().unwrap();
     let pairs = [("log.dirs", dir.path().display().to_string()), ("listeners", "PLAINTEXT://127.0.0.1:0".to_string())];
     let config = BrokerConfig::from_pairs(pairs.map(|(k, v)| (k.to_string(), v))).unwrap().config;
