@@ -412,7 +412,7 @@ def latency_cmd(topic, secs, warmup):
             "-s", str(CFG["record_size"]), "-X", "acks=all", "-X", "enable.idempotence=true", "-X", "linger.ms=0"]
 
 
-def latency_run(b, rnd, res, sampler, topic, key, runs=None, first_warmup=None, secs=None):
+def latency_run(b, rnd, res, sampler, topic, key, count=None, first_warmup=None, secs=None):
     """End-to-end latency at the fixed rate on `topic`, new with one partition, stored under `key`.
 
     CFG["lat_runs"] runs of CFG["lat_secs"] each, kept under "runs" with the host steal time during
@@ -421,23 +421,22 @@ def latency_run(b, rnd, res, sampler, topic, key, runs=None, first_warmup=None, 
     hypervisor running someone else) moves a whole run's p99; a median over runs keeps one such run
     from deciding the figure, and the steal figures show which runs it hit. The first run sends at the rate
     for CFG["lat_warmup"] seconds before it counts: Kafka's p99 at this rate falls for a minute or two
-    of it (its JIT compiling the paths of one-record batches), after the produce runs. `runs`,
-    `first_warmup` and `secs` override those settings."""
+    of it (its JIT compiling the paths of one-record batches), after the produce runs. `count`
+    (runs), `first_warmup` and `secs` override those settings."""
     create_topics([(topic, 1)])
     sampler.reset()
-    runs_done = []
-    for i in range(runs or CFG["lat_runs"]):
+    runs = []
+    for i in range(count or CFG["lat_runs"]):
         steal0 = host_steal_s()
         warmup = (CFG["lat_warmup"] if first_warmup is None else first_warmup) if i == 0 else 1
         rc, out, err, wall, ccpu = run_client(latency_cmd(topic, secs or CFG["lat_secs"], warmup))
         j = last_json(out)
         run = j if (j and rc == 0) else {"error": first_error(err) or f"exit {rc}", **(j or {})}
         run["host_steal_s"] = round(host_steal_s() - steal0, 2)
-        runs_done.append(run)
+        runs.append(run)
         log(b.name, rnd, key, "run", run)
         if "error" in run:
             break
-    runs = runs_done
     r = {"runs": runs, "host_steal_s": round(sum(x["host_steal_s"] for x in runs), 2)}
     failed = [x for x in runs if "error" in x]
     if failed:
@@ -680,7 +679,7 @@ def session_loaded_latency(b, rnd, res):
                                                             "-s", str(CFG["record_size"]), "-X", "acks=1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)
-        latency_run(b, rnd, res, sampler, "lat-load", "loaded/latency", runs=1, first_warmup=1, secs=CFG["load_lat_secs"])
+        latency_run(b, rnd, res, sampler, "lat-load", "loaded/latency", count=1, first_warmup=1, secs=CFG["load_lat_secs"])
         if load.poll() is not None:
             res["loaded/load_error"] = f"the load producer ended early (exit {load.returncode})"
         load.kill()
