@@ -176,6 +176,10 @@ def steps():
     add("dr", 21, 2, 27, encode(DeleteRecordsRequest, 2, 27, {
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 1}]}], "timeout_ms": 5000}),
         "DeleteRecords offset 1", part_err(0, "topics", "partitions"))
+    # InitProducerId v4 (flexible) with an empty, non-null transactional id: Kafka refuses it as a
+    # malformed request before looking for a coordinator
+    add("pid-empty", 22, 4, 28, frame(header_v2(22, 4, 28) + b"\x01" + struct.pack(">iqh", 60000, -1, -1) + b"\x00"),
+        "InitProducerId empty transactional id", err(("error_code",), 42))
     add("frame-neg", None, None, None, struct.pack(">i", -5) + header_v2(18, 3, 30), "frame length -5", closed)
     add("frame-big", None, None, None, struct.pack(">i", 200 * 1024 * 1024) + header_v2(18, 3, 31),
         "frame length 200 MiB", closed)

@@ -210,6 +210,24 @@ fn idempotent_retry_is_deduplicated_and_gaps_are_refused() {
 }
 
 #[test]
+fn init_producer_id_refuses_an_empty_transactional_id_and_has_no_coordinator_for_others() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    let call = |c: &mut common::Client, id: Option<&str>| {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(id.map(|s| TransactionalId(StrBytes::from_string(s.to_string()))))
+            .with_transaction_timeout_ms(60000);
+        let r = c.call(&req, 4);
+        (r.error_code, r.producer_id.0, r.producer_epoch)
+    };
+    assert_eq!(call(&mut c, Some("")), (ResponseError::InvalidRequest.code(), -1, -1));
+    assert_eq!(call(&mut c, Some("app-1")), (ResponseError::CoordinatorNotAvailable.code(), -1, -1));
+    let (code, id, epoch) = call(&mut c, None);
+    assert_eq!((code, epoch), (0, 0));
+    assert!(id >= 0, "producer id {id}");
+}
+
+#[test]
 fn acks_zero_gets_no_response_but_is_appended() {
     let b = Broker::start(&[]);
     let mut c = b.connect();

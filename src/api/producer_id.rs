@@ -1,6 +1,7 @@
 //! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call.
 //! Transactional ids need the transaction coordinator, which sluice does not have yet; such
-//! requests get COORDINATOR_NOT_AVAILABLE so clients report it instead of misbehaving.
+//! requests get COORDINATOR_NOT_AVAILABLE so clients report it instead of misbehaving. An empty
+//! (non-null) transactional id is malformed, and gets INVALID_REQUEST as from Kafka.
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
@@ -10,8 +11,10 @@ use crate::broker::error_chain;
 
 pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
-    if req.transactional_id.is_some() {
-        return resp.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    match req.transactional_id.as_ref().map(|id| id.is_empty()) {
+        None => {}
+        Some(true) => return resp.with_error_code(ResponseError::InvalidRequest.code()),
+        Some(false) => return resp.with_error_code(ResponseError::CoordinatorNotAvailable.code()),
     }
     // Starting a new block of ids writes its end with fsync: on the blocking pool.
     let broker = ctx.broker.clone();
