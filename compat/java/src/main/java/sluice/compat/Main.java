@@ -43,6 +43,7 @@ public class Main {
         SCENARIOS.put("admin-configs", Main::adminConfigs);
         SCENARIOS.put("admin-records-offsets", Main::adminRecordsOffsets);
         SCENARIOS.put("admin-cluster", Main::adminCluster);
+        SCENARIOS.put("streams-wordcount", Streams::wordCount);
     }
 
     public static void main(String[] args) {
