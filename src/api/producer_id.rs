@@ -1,7 +1,8 @@
 //! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call.
 //! Transactional ids need the transaction coordinator, which sluice does not have yet; such
-//! requests get COORDINATOR_NOT_AVAILABLE so clients report it instead of misbehaving. An empty
-//! (non-null) transactional id is malformed, and gets INVALID_REQUEST as from Kafka.
+//! requests get UNSUPPORTED_VERSION, which clients do not retry (as for a FindCoordinator of a
+//! transaction coordinator, see `group`). An empty (non-null) transactional id is malformed, and
+//! gets INVALID_REQUEST as from Kafka.
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
@@ -14,7 +15,7 @@ pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitPro
     match req.transactional_id.as_ref().map(|id| id.is_empty()) {
         None => {}
         Some(true) => return resp.with_error_code(ResponseError::InvalidRequest.code()),
-        Some(false) => return resp.with_error_code(ResponseError::CoordinatorNotAvailable.code()),
+        Some(false) => return resp.with_error_code(ResponseError::UnsupportedVersion.code()),
     }
     // Starting a new block of ids writes its end with fsync: on the blocking pool.
     let broker = ctx.broker.clone();

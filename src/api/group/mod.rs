@@ -4,6 +4,11 @@
 //! Handlers translate between kafka-protocol's versioned structs and [`crate::group`]'s core
 //! types; every group-level outcome is an error code in the response, never a closed connection.
 //! This node coordinates every group (single-node cluster), so FindCoordinator always names it.
+//! It coordinates no transactions: sluice has no transaction coordinator yet, and a lookup of
+//! one gets UNSUPPORTED_VERSION with [`NO_TRANSACTIONS`] as its message. That error is not
+//! retriable, so a transactional producer fails at once and says why (the Java client: "Could not
+//! find a coordinator with type TRANSACTION ... due to unexpected error: <message>") instead of
+//! retrying COORDINATOR_NOT_AVAILABLE until its `max.block.ms` runs out.
 
 pub mod admin;
 pub mod consumer;
@@ -42,11 +47,17 @@ pub(crate) async fn ensure_offsets_topic(ctx: &RequestContext) {
     }
 }
 
-/// Key types: 0 = GROUP, 1 = TRANSACTION, 2 = SHARE (all served by this node).
+/// What a lookup of a transaction coordinator is told.
+pub(crate) const NO_TRANSACTIONS: &str = "sluice does not support transactions yet: it has no transaction coordinator";
+
+/// Key types: 0 = GROUP, 2 = SHARE (served by this node), 1 = TRANSACTION (refused).
 fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordinator_response::Coordinator {
     let mut c = find_coordinator_response::Coordinator::default().with_key(str_bytes(key)).with_node_id(BrokerId(-1)).with_port(-1);
     if !(0..=2).contains(&key_type) {
         return c.with_error_code(ResponseError::InvalidRequest.code()).with_error_message(Some(str_bytes(&format!("Unknown key type {key_type}"))));
+    }
+    if key_type == 1 {
+        return c.with_error_code(ResponseError::UnsupportedVersion.code()).with_error_message(Some(str_bytes(NO_TRANSACTIONS)));
     }
     if let Some(e) = not_ready(ctx) {
         return c.with_error_code(e.code());
