@@ -21,6 +21,9 @@ def load(path):
     return rows
 
 
+MUST_SAY = "must say:"
+
+
 def load_expected(path):
     exp = {}
     for line in open(path, encoding="utf-8"):
@@ -30,6 +33,14 @@ def load_expected(path):
         parts = line.split(None, 2)
         exp[(parts[0], parts[1])] = parts[2] if len(parts) > 2 else ""
     return exp
+
+
+def says_what_it_must(reason, detail):
+    """An expected failure whose reason ends in `must say: TEXT` counts only if its detail
+    contains TEXT: the scenario has to fail the way the broker means it to."""
+    if MUST_SAY not in reason:
+        return True
+    return reason.split(MUST_SAY, 1)[1].strip() in detail
 
 
 def key(r):
@@ -46,8 +57,10 @@ def judge(rows, expected, target):
             v = "skip"
         elif r["status"] == "PASS":
             v = "UNEXPECTED-PASS" if exp else "pass"
+        elif exp and says_what_it_must(expected[(r["client"], r["scenario"])], r["detail"]):
+            v = "expected-fail"
         else:
-            v = "expected-fail" if exp else "FAIL"
+            v = "FAIL"
         out.append((r, v))
     return out
 

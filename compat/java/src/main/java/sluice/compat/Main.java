@@ -44,6 +44,7 @@ public class Main {
         SCENARIOS.put("admin-records-offsets", Main::adminRecordsOffsets);
         SCENARIOS.put("admin-cluster", Main::adminCluster);
         SCENARIOS.put("streams-wordcount", Streams::wordCount);
+        SCENARIOS.put("transactions", Transactions::commitAndAbort);
     }
 
     public static void main(String[] args) {
