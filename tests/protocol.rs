@@ -577,6 +577,48 @@ fn responses_held_behind_an_fsync_keep_request_order() {
 /// produce before it, a fetch returns its records), with every response in request order. With
 /// `log.flush.acks.all` too, where each response also waits for an fsync, and for acks=0.
 #[test]
+fn a_large_request_arriving_in_pieces_is_answered_and_so_are_the_small_ones_after_it() {
+    use kafka_protocol::protocol::Decodable;
+    // A frame far from complete makes the broker wait for all of it at once (SO_RCVLOWAT); with
+    // the kernel's receive buffer, and with a small fixed one that caps what can wait.
+    for overrides in [&[][..], &["socket.receive.buffer.bytes=65536"][..]] {
+        let b = Broker::start(overrides);
+        let mut c = b.connect();
+        create_topic(&mut c, "pieces", 4);
+        // One batch of 100 records of 8 KiB per partition: a request of about 3.3 MB.
+        let batch = |p: i32| {
+            let recs: Vec<common::Rec> = (0..100)
+                .map(|i| common::Rec { key: None, value: format!("p{p}-r{i}-{}", "z".repeat(8192)), timestamp: 1_700_000_000_000 })
+                .collect();
+            common::encode_batch(&recs, None)
+        };
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(name("pieces"))
+            .with_partition_data((0..4).map(|p| produce_request::PartitionProduceData::default().with_index(p).with_records(Some(batch(p)))).collect())]);
+        let wire = c.encode(&req, 9);
+        assert!(wire.len() > 3_000_000, "request of {} bytes", wire.len());
+        // In 64 KiB pieces, 5 ms apart, the first holding the frame size.
+        for piece in wire.chunks(64 << 10) {
+            c.send_raw(piece);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut frame = c.read_frame().expect("no answer to the large request");
+        ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9)).unwrap();
+        let resp = ProduceResponse::decode(&mut frame, 9).unwrap();
+        let mut got: Vec<(i32, i16, i64)> =
+            resp.responses[0].partition_responses.iter().map(|p| (p.index, p.error_code, p.base_offset)).collect();
+        got.sort();
+        assert_eq!(got, (0..4).map(|p| (p, 0, 0)).collect::<Vec<_>>(), "{overrides:?}");
+        // Small requests on the same connection after it are answered (the mark went back to
+        // one byte): ApiVersions, then a produce of one record.
+        let v = c.call(&ApiVersionsRequest::default(), 3);
+        assert_eq!(v.error_code, 0);
+        let small = produce(&mut c, "pieces", 2, records(1, -1, -1), -1);
+        assert_eq!((small.error_code, small.base_offset), (0, 100), "{overrides:?}");
+    }
+}
+
+#[test]
 fn pipelined_large_produces_append_in_order_and_before_the_requests_behind_them() {
     for overrides in [&[][..], &["log.flush.acks.all=true"][..]] {
         large_produces_in_order(overrides);

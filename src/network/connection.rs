@@ -17,9 +17,23 @@
 //!   this connection only (ApiVersions gets Kafka's v0 UNSUPPORTED_VERSION answer instead).
 //! - Responses are flushed when no further complete request is already buffered, so a burst of
 //!   pipelined requests costs one write.
+//!
+//! # Waking for the rest of a large frame
+//! A frame [`WAKE_FOR_REST_FROM`] or more short of complete sets the socket's receive low-water
+//! mark (`SO_RCVLOWAT`) to what is missing, so the connection is woken once the rest has arrived
+//! rather than for every piece of it: a producer's 1 MiB request reaches the broker in several
+//! pieces, and each wake-up of an idle broker thread costs a context switch (on a VM, an exit to
+//! the hypervisor as well). The mark goes back to 1 byte for smaller remainders. The kernel caps
+//! the mark (half of `tcp_rmem`'s maximum) and wakes the reader anyway when the receive buffer or
+//! window is full, so a frame larger than the buffer still arrives, a piece at a time; a
+//! connection closed mid-frame still wakes its reader. That last wake-up needs Linux 5.10 (the
+//! fix titled "tcp: fix SO_RCVLOWAT hangs with fat skbs"): on older kernels, and where the option
+//! cannot be set, the connection reads as before (the latter said once per connection at debug
+//! level).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +55,42 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Most the read buffer grows by per read, so memory follows bytes received.
 const MAX_READ_RESERVE: usize = 1 << 20;
+
+/// The bytes a frame must still be missing for its connection to wait for all of them at once
+/// (see the module docs). Less arrives in one or two pieces over loopback anyway (its segments
+/// are up to 64 KiB).
+const WAKE_FOR_REST_FROM: usize = 64 * 1024;
+
+/// The socket's receive low-water mark, set only when it changes.
+struct WakeAt {
+    fd: RawFd,
+    bytes: usize,
+    usable: bool,
+}
+
+impl WakeAt {
+    fn new(fd: RawFd) -> WakeAt {
+        static SAFE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let usable = *SAFE.get_or_init(|| super::linux_at_least(5, 10));
+        WakeAt { fd, bytes: 1, usable }
+    }
+
+    /// Wake the reader once `missing` bytes have arrived, if that many are worth waiting for.
+    fn missing(&mut self, missing: usize, peer: SocketAddr) {
+        let bytes = if missing >= WAKE_FOR_REST_FROM { missing } else { 1 };
+        if !self.usable || bytes == self.bytes {
+            return;
+        }
+        let value = bytes.min(libc::c_int::MAX as usize) as libc::c_int;
+        match super::set_int_option(self.fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, value) {
+            Ok(()) => self.bytes = bytes,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "cannot set SO_RCVLOWAT; reading large frames piece by piece");
+                self.usable = false;
+            }
+        }
+    }
+}
 
 /// Most responses held behind one that is still being made (clients keep at most 5 requests in
 /// flight by default).
@@ -131,6 +181,7 @@ enum Closed {
 }
 
 pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, sessions: Arc<FetchSessionCache>) {
+    let mut wake_at = WakeAt::new(stream.as_raw_fd());
     let (mut reader, writer) = stream.into_split();
     let mut writer = ResponseWriter::new(BufWriter::with_capacity(64 * 1024, writer));
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -168,6 +219,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
                     // Grow with the data that really arrives, never by the size a client
                     // claims: a 4-byte prefix announcing 100 MB reserves one chunk, not 100 MB.
                     buf.reserve((needed - buf.len()).clamp(1, MAX_READ_RESERVE));
+                    wake_at.missing(needed - buf.len(), peer);
                     // Read, or wake when the oldest held response is ready, whichever is first
                     // (`read_buf` is cancel safe: losing the race reads nothing).
                     let read = match held.front_mut() {

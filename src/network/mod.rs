@@ -222,9 +222,54 @@ fn set_receive_buffer(stream: &tokio::net::TcpStream, bytes: usize) -> std::io::
     socket2::SockRef::from(stream).set_recv_buffer_size(bytes)
 }
 
+/// `setsockopt` of an `int` option on a socket this process holds open.
+fn set_int_option(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a live local; a bad fd or
+    // option is an error return, not undefined behaviour.
+    let r = unsafe {
+        libc::setsockopt(fd, level, name, (&value as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether the running kernel is Linux `major.minor` or later (false where `uname` says
+/// otherwise or cannot be read).
+fn linux_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: uname fills the zeroed struct it is given; its strings are NUL-terminated.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    // SAFETY: both fields are NUL-terminated arrays inside `u`.
+    let (sys, release) = unsafe { (std::ffi::CStr::from_ptr(u.sysname.as_ptr()), std::ffi::CStr::from_ptr(u.release.as_ptr())) };
+    sys.to_bytes() == b"Linux" && release_at_least(&release.to_string_lossy(), major, minor)
+}
+
+/// `release` (e.g. "6.1.0-18-amd64") is `major.minor` or later.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_releases_compare_by_major_then_minor() {
+        for (release, at_least_5_10) in
+            [("6.1.0-18-amd64", true), ("5.10.0", true), ("5.9.16", false), ("4.19.0-26-amd64", false), ("5.15", true), ("junk", false), ("", false)]
+        {
+            assert_eq!(release_at_least(release, 5, 10), at_least_5_10, "{release}");
+        }
+    }
 
     #[tokio::test]
     async fn socket_buffer_keys_set_so_sndbuf_and_so_rcvbuf_of_an_accepted_connection() {

@@ -363,22 +363,7 @@ async fn send_file(stream: &TcpStream, slice: &FileSlice) -> io::Result<()> {
 }
 
 fn set_cork(fd: RawFd, on: bool) -> io::Result<()> {
-    let v: libc::c_int = on.into();
-    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CORK,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    super::set_int_option(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on.into())
 }
 
 #[cfg(test)]
