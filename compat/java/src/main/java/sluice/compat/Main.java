@@ -45,6 +45,7 @@ public class Main {
         SCENARIOS.put("admin-cluster", Main::adminCluster);
         SCENARIOS.put("streams-wordcount", Streams::wordCount);
         SCENARIOS.put("transactions", Transactions::commitAndAbort);
+        SCENARIOS.put("connect-distributed", ConnectScenario::distributed);
     }
 
     public static void main(String[] args) {
