@@ -15,7 +15,8 @@ then corrupted by hand where the case needs it.
 import re
 import struct
 
-from kafka.protocol.admin import CreateTopicsRequest, DeleteRecordsRequest
+from kafka.protocol.admin import (CreateAclsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteRecordsRequest,
+                                  DescribeAclsRequest, DescribeProducersRequest, ElectLeadersRequest)
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
@@ -66,9 +67,9 @@ def frame(payload):
     return struct.pack(">i", len(payload)) + payload
 
 
-def batch(n=3, ts=1700000000000):
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                  producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+def batch(n=3, ts=1700000000000, producer_id=-1, producer_epoch=-1, base_sequence=-1):
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
+                                  producer_epoch=producer_epoch, base_sequence=base_sequence, batch_size=1 << 20)
     for i in range(n):
         b.append(i, timestamp=ts + i, key=b"k%d" % i, value=b"v%d" % i, headers=[])
     return bytes(b.build())
@@ -180,6 +181,35 @@ def steps():
     # malformed request before looking for a coordinator
     add("pid-empty", 22, 4, 28, frame(header_v2(22, 4, 28) + b"\x01" + struct.pack(">iqh", 60000, -1, -1) + b"\x00"),
         "InitProducerId empty transactional id", err(("error_code",), 42))
+    # No authorizer: every ACL API fails with SECURITY_DISABLED (54), as in a Kafka without one
+    acl = {"principal": "User:alice", "host": "*", "operation": 3, "permission_type": 3}
+    add("acls", 29, 3, 32, encode(DescribeAclsRequest, 3, 32, {
+        "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
+        "host_filter": None, "operation": 1, "permission_type": 1}),
+        "DescribeAcls without an authorizer", err(("error_code",), 54))
+    add("acls", 30, 3, 33, encode(CreateAclsRequest, 3, 33, {"creations": [
+        dict(acl, resource_type=2, resource_name=TOPIC, resource_pattern_type=3),
+        dict(acl, resource_type=3, resource_name="g1", resource_pattern_type=3)]}),
+        "CreateAcls without an authorizer", err(("results", 1, "error_code"), 54))
+    add("acls", 31, 3, 34, encode(DeleteAclsRequest, 3, 34, {"filters": [
+        {"resource_type_filter": 2, "resource_name_filter": TOPIC, "pattern_type_filter": 3, "principal_filter": None,
+         "host_filter": None, "operation": 1, "permission_type": 1}]}),
+        "DeleteAcls without an authorizer", err(("filter_results", 0, "error_code"), 54))
+    # One broker leads every partition as its preferred replica: no election is needed (84)
+    add("elect", 43, 2, 35, encode(ElectLeadersRequest, 2, 35, {
+        "election_type": 0, "timeout_ms": 5000,
+        "topic_partitions": [{"topic": TOPIC, "partitions": [0, 5]}, {"topic": "edge-no-such-topic", "partitions": [0]}]}),
+        "ElectLeaders preferred, known and unknown partitions",
+        err(("replica_election_results", 0, "partition_result", 0, "error_code"), 84))
+    # An idempotent producer's state (producer ids are masked: the 1000 here is not allocated by
+    # either broker, and neither checks that for a non-transactional producer starting at 0)
+    add("producers", 19, 7, 36, create_topic(36, "edge-pid"), "create edge-pid", topic_err(0))
+    add("producers", 0, 9, 37, produce(37, batch(producer_id=1000, producer_epoch=0, base_sequence=0), topic="edge-pid"),
+        "idempotent produce of 3 records", part_err(0, "responses", "partition_responses"))
+    add("producers", 61, 0, 38, encode(DescribeProducersRequest, 0, 38, {"topics": [
+        {"name": "edge-pid", "partition_indexes": [0]}, {"name": TOPIC, "partition_indexes": [0, 5]},
+        {"name": "edge-no-such-topic", "partition_indexes": [0]}]}),
+        "DescribeProducers", err(("topics", 0, "partitions", 0, "active_producers", 0, "last_sequence"), 2))
     add("frame-neg", None, None, None, struct.pack(">i", -5) + header_v2(18, 3, 30), "frame length -5", closed)
     add("frame-big", None, None, None, struct.pack(">i", 200 * 1024 * 1024) + header_v2(18, 3, 31),
         "frame length 200 MiB", closed)

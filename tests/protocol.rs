@@ -247,6 +247,69 @@ fn a_transaction_coordinator_lookup_is_refused_with_an_error_clients_do_not_retr
 }
 
 #[test]
+fn acl_apis_say_security_is_disabled_and_elections_are_not_needed_in_kafkas_words() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "t", 2);
+    let msg = |m: &Option<StrBytes>| m.as_deref().map(|s| s.to_string()).unwrap_or_default();
+    // The messages are Apache Kafka 4.4's, read from its responses (protocol-tests compares
+    // the rest of each response with Kafka's, but not messages).
+    let d = c.call(&DescribeAclsRequest::default().with_resource_type_filter(1).with_pattern_type_filter(1).with_operation(1).with_permission_type(1), 3);
+    assert_eq!((d.error_code, msg(&d.error_message).as_str()), (ResponseError::SecurityDisabled.code(), "No Authorizer is configured on the broker"));
+    let creation = create_acls_request::AclCreation::default().with_resource_type(2).with_resource_name(StrBytes::from_static_str("t")).with_resource_pattern_type(3);
+    let cr = c.call(&CreateAclsRequest::default().with_creations(vec![creation.clone(), creation]), 3);
+    assert_eq!(cr.results.len(), 2);
+    for r in &cr.results {
+        assert_eq!((r.error_code, msg(&r.error_message).as_str()), (ResponseError::SecurityDisabled.code(), "No Authorizer is configured."));
+    }
+    let dl = c.call(&DeleteAclsRequest::default().with_filters(vec![delete_acls_request::DeleteAclsFilter::default().with_resource_type_filter(1)]), 3);
+    assert_eq!((dl.filter_results[0].error_code, msg(&dl.filter_results[0].error_message).as_str()), (ResponseError::SecurityDisabled.code(), "No Authorizer is configured."));
+
+    let wanted = |topic: &str, partitions: Vec<i32>| elect_leaders_request::TopicPartitions::default().with_topic(name(topic)).with_partitions(partitions);
+    let e = c.call(&ElectLeadersRequest::default().with_election_type(0).with_timeout_ms(5000).with_topic_partitions(Some(vec![wanted("t", vec![1, 7]), wanted("nope", vec![0])])), 2);
+    assert_eq!(e.error_code, 0);
+    let got: Vec<(String, i32, i16, String)> = e
+        .replica_election_results
+        .iter()
+        .flat_map(|t| t.partition_result.iter().map(|p| (t.topic.as_str().to_string(), p.partition_id, p.error_code, msg(&p.error_message))))
+        .collect();
+    assert_eq!(got, vec![
+        ("t".to_string(), 1, ResponseError::ElectionNotNeeded.code(), "Leader election not needed for topic partition.".to_string()),
+        ("t".to_string(), 7, ResponseError::UnknownTopicOrPartition.code(), "No such partition as t-7".to_string()),
+        ("nope".to_string(), 0, ResponseError::UnknownTopicOrPartition.code(), "No such topic as nope".to_string()),
+    ]);
+    // every partition: each topic listed, no partition elected
+    let all = c.call(&ElectLeadersRequest::default().with_election_type(0).with_timeout_ms(5000).with_topic_partitions(None), 2);
+    assert!(all.replica_election_results.iter().any(|t| t.topic.as_str() == "t"));
+    assert!(all.replica_election_results.iter().all(|t| t.partition_result.is_empty()));
+}
+
+#[test]
+fn describe_producers_shows_each_idempotent_producers_epoch_and_last_sequence() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    create_topic(&mut c, "t", 2);
+    let pid = c.call(&InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60000), 4).producer_id.0;
+    assert_eq!(produce(&mut c, "t", 0, records(3, pid, 0), -1).error_code, 0);
+    assert_eq!(produce(&mut c, "t", 0, records(2, pid, 3), -1).error_code, 0);
+    assert_eq!(produce(&mut c, "t", 1, records(2, -1, -1), -1).error_code, 0);
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        describe_producers_request::TopicRequest::default().with_name(name("t")).with_partition_indexes(vec![0, 1, 9]),
+    ]);
+    let r = c.call(&req, 0);
+    let parts = &r.topics[0].partitions;
+    assert_eq!(parts.iter().map(|p| (p.partition_index, p.error_code)).collect::<Vec<_>>(), vec![(0, 0), (1, 0), (9, ResponseError::UnknownTopicOrPartition.code())]);
+    let p0: Vec<_> = parts[0]
+        .active_producers
+        .iter()
+        .map(|a| (a.producer_id.0, a.producer_epoch, a.last_sequence, a.last_timestamp, a.coordinator_epoch, a.current_txn_start_offset))
+        .collect();
+    // records(2, ..) stamps 1_700_000_000_000 + i: the last batch's max timestamp is +1
+    assert_eq!(p0, vec![(pid, 0, 4, 1_700_000_000_001, -1, -1)]);
+    assert!(parts[1].active_producers.is_empty(), "a producer without an id leaves no state");
+}
+
+#[test]
 fn acks_zero_gets_no_response_but_is_appended() {
     let b = Broker::start(&[]);
     let mut c = b.connect();

@@ -268,11 +268,40 @@ def s_dump_log():
     return "5 records with keys/payloads/offsets read from the .log segment"
 
 
+def s_acls_election():
+    t = topic("ae")
+    create(t, 2)
+    # no authorizer on either broker: listing or adding ACLs says so
+    for args in (["--list"], ["--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", t]):
+        p = subprocess.run([os.path.join(BIN, "kafka-acls.sh"), "--bootstrap-server", BS, *args], capture_output=True, text=True, timeout=60)
+        out = p.stdout + p.stderr
+        check("SecurityDisabledException: No Authorizer is configured" in out, "kafka-acls %s: %r" % (args[0], out[-300:]))
+    # a single replica is always the preferred leader
+    out = tool("kafka-leader-election", "--bootstrap-server", BS, "--election-type", "preferred", "--topic", t, "--partition", "1")
+    check("Valid replica already elected for partitions %s-1" % t in out, "kafka-leader-election: %r" % out[-300:])
+    return "kafka-acls --list/--add: SecurityDisabledException (no authorizer); kafka-leader-election --election-type preferred: already elected"
+
+
+def s_describe_producers():
+    t = topic("dp")
+    create(t, 1)
+    # the console producer is idempotent by default: one producer, sequences 0..9
+    console_produce(t, ["k:v%d" % i for i in range(10)], headers=False)
+    out = tool("kafka-transactions", "--bootstrap-server", BS, "describe-producers", "--topic", t, "--partition", "0")
+    rows = [l.split() for l in out.strip().splitlines()]
+    check(len(rows) == 2 and rows[0][:4] == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence"],
+          "describe-producers: %r" % out[-400:])
+    got = dict(zip(rows[0], rows[1]))
+    check(got["LastSequence"] == "9" and got["CurrentTransactionStartOffset"] == "None", "describe-producers row %r" % got)
+    return "kafka-transactions describe-producers: the console producer's id, epoch %s, last sequence 9" % got["ProducerEpoch"]
+
+
 SCENARIOS = {
     "topics": s_topics, "console-partition": s_console_partition, "console-group": s_console_group,
     "consumer-groups": s_consumer_groups, "configs": s_configs, "get-offsets": s_get_offsets,
     "delete-records": s_delete_records, "producer-perf-test": s_producer_perf, "consumer-perf-test": s_consumer_perf,
-    "dump-log": s_dump_log,
+    "dump-log": s_dump_log, "acls-election": s_acls_election,
+    "describe-producers": s_describe_producers,
 }
 
 

@@ -1,5 +1,6 @@
 //! Read-only cluster descriptions: DescribeCluster, DescribeTopicPartitions, DescribeLogDirs,
-//! ListPartitionReassignments, and SaslHandshake (no SASL mechanism is enabled on any listener yet).
+//! ListPartitionReassignments, ElectLeaders (a single node never needs an election), and
+//! SaslHandshake (no SASL mechanism is enabled on any listener yet).
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::*;
@@ -155,6 +156,48 @@ pub async fn list_partition_reassignments(
     _req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
     ListPartitionReassignmentsResponse::default().with_error_message(None)
+}
+
+/// Every partition of a single node is led by its only (preferred) replica, so no election is
+/// ever needed: each partition asked for gets ELECTION_NOT_NEEDED, or UNKNOWN_TOPIC_OR_PARTITION
+/// with Kafka's message. Asked for every partition (a null list), Kafka lists each topic with the
+/// partitions it elected, which here is none.
+pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse {
+    use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+    let broker = &ctx.broker;
+    // 0 = preferred, 1 = unclean
+    if ctx.api_version >= 1 && !(0..=1).contains(&req.election_type) {
+        return ElectLeadersResponse::default().with_error_code(ResponseError::InvalidRequest.code());
+    }
+    let results = match req.topic_partitions {
+        None => broker.all_topics().iter().map(|t| ReplicaElectionResult::default().with_topic(topic_name(&t.name))).collect(),
+        Some(topics) => topics
+            .into_iter()
+            .map(|t| {
+                let topic = broker.topic(&t.topic);
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|&p| {
+                        let r = PartitionResult::default().with_partition_id(p);
+                        match &topic {
+                            None => r
+                                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                                .with_error_message(Some(str_bytes(&format!("No such topic as {}", t.topic.as_str())))),
+                            Some(topic) if topic.partitions.iter().all(|q| q.index != p) => r
+                                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                                .with_error_message(Some(str_bytes(&format!("No such partition as {}-{p}", t.topic.as_str())))),
+                            Some(_) => r
+                                .with_error_code(ResponseError::ElectionNotNeeded.code())
+                                .with_error_message(Some(str_bytes("Leader election not needed for topic partition."))),
+                        }
+                    })
+                    .collect();
+                ReplicaElectionResult::default().with_topic(t.topic).with_partition_result(partitions)
+            })
+            .collect(),
+    };
+    ElectLeadersResponse::default().with_replica_election_results(results)
 }
 
 /// No listener has SASL enabled: Kafka answers a handshake on such a listener with

@@ -9,6 +9,7 @@
 //! - A request body that does not decode closes the connection, as Kafka does
 //!   (`InvalidRequestException`), and is logged with the api key, version and client.
 
+pub mod acls;
 pub mod api_versions;
 pub mod configs;
 pub mod describe;
@@ -136,6 +137,11 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
         DescribeLogDirs => DescribeLogDirsRequest,
         SaslHandshake => SaslHandshakeRequest,
         ListPartitionReassignments => ListPartitionReassignmentsRequest,
+        ElectLeaders => ElectLeadersRequest,
+        DescribeAcls => DescribeAclsRequest,
+        CreateAcls => CreateAclsRequest,
+        DeleteAcls => DeleteAclsRequest,
+        DescribeProducers => DescribeProducersRequest,
         FindCoordinator => FindCoordinatorRequest,
         JoinGroup => JoinGroupRequest,
         SyncGroup => SyncGroupRequest,
@@ -207,6 +213,11 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         ApiKey::ListPartitionReassignments => {
             handle_with!(ctx, body, ListPartitionReassignmentsRequest, describe::list_partition_reassignments)
         }
+        ApiKey::ElectLeaders => handle_with!(ctx, body, ElectLeadersRequest, describe::elect_leaders),
+        ApiKey::DescribeAcls => handle_with!(ctx, body, DescribeAclsRequest, acls::describe_acls),
+        ApiKey::CreateAcls => handle_with!(ctx, body, CreateAclsRequest, acls::create_acls),
+        ApiKey::DeleteAcls => handle_with!(ctx, body, DeleteAclsRequest, acls::delete_acls),
+        ApiKey::DescribeProducers => handle_with!(ctx, body, DescribeProducersRequest, producer_id::describe_producers),
         ApiKey::FindCoordinator => handle_with!(ctx, body, FindCoordinatorRequest, group::find_coordinator),
         ApiKey::JoinGroup => handle_with!(ctx, body, JoinGroupRequest, group::membership::join_group),
         ApiKey::SyncGroup => handle_with!(ctx, body, SyncGroupRequest, group::membership::sync_group),

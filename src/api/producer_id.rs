@@ -1,10 +1,14 @@
-//! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call.
+//! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call; and
+//! DescribeProducers, the producers a partition keeps sequence state for.
 //! Transactional ids need the transaction coordinator, which sluice does not have yet; such
 //! requests get UNSUPPORTED_VERSION, which clients do not retry (as for a FindCoordinator of a
 //! transaction coordinator, see `group`). An empty (non-null) transactional id is malformed, and
 //! gets INVALID_REQUEST as from Kafka.
 
-use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+};
 use kafka_protocol::ResponseError;
 
 use super::RequestContext;
@@ -26,4 +30,43 @@ pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitPro
             resp.with_error_code(ResponseError::UnknownServerError.code())
         }
     }
+}
+
+/// Each partition's producers with their epoch, last sequence and last timestamp, as Kafka's
+/// `kafka-transactions.sh describe-producers` shows them. Without transactions, the coordinator
+/// epoch and the current transaction's start offset are always -1. A partition this node does
+/// not have is UNKNOWN_TOPIC_OR_PARTITION.
+pub async fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse {
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|&index| {
+                    let r = PartitionResponse::default().with_partition_index(index);
+                    let Some(p) = ctx.broker.partition(&t.name, index) else {
+                        return r.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    let producers = p
+                        .active_producers()
+                        .into_iter()
+                        .map(|a| {
+                            ProducerState::default()
+                                .with_producer_id(ProducerId(a.producer_id))
+                                .with_producer_epoch(a.epoch.into())
+                                .with_last_sequence(a.last_sequence)
+                                .with_last_timestamp(a.last_timestamp)
+                                .with_coordinator_epoch(-1)
+                                .with_current_txn_start_offset(-1)
+                        })
+                        .collect();
+                    r.with_active_producers(producers)
+                })
+                .collect();
+            TopicResponse::default().with_name(t.name).with_partitions(partitions)
+        })
+        .collect();
+    DescribeProducersResponse::default().with_topics(topics)
 }

@@ -303,6 +303,11 @@ impl Partition {
         Ok(start)
     }
 
+    /// The idempotent producers this partition has state for (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<super::producer_state::ActiveProducer> {
+        self.state.lock().producers.active()
+    }
+
     /// Forgets producers whose last batch is `expiration_ms` old; returns how many.
     pub fn expire_producers(&self, now_ms: i64, expiration_ms: i64) -> usize {
         self.state.lock().producers.remove_expired(now_ms, expiration_ms)

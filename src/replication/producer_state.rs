@@ -65,6 +65,16 @@ pub enum SequenceCheck {
     UnknownProducerId,
 }
 
+/// One producer's state as DescribeProducers reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Sequence of the last record of its last batch (-1 without one, as in Kafka).
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+}
+
 /// All producers' state for one partition.
 #[derive(Debug, Default)]
 pub struct ProducerStateTable {
@@ -140,6 +150,22 @@ impl ProducerStateTable {
             last_offset: h.last_offset(),
         });
         entry.last_timestamp = h.max_timestamp;
+    }
+
+    /// Every producer with state here, in producer id order.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| ActiveProducer {
+                producer_id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.last_timestamp,
+            })
+            .collect();
+        out.sort_unstable_by_key(|p| p.producer_id);
+        out
     }
 
     /// Forgets producers whose last batch is at least `expiration_ms` older than `now_ms`;

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+exec "$(dirname "${BASH_SOURCE[0]}")/../run-class.sh" 'org.apache.kafka.tools.LeaderElectionCommand' "$@"
