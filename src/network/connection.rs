@@ -26,10 +26,10 @@
 //! the hypervisor as well). The mark goes back to 1 byte for smaller remainders. The kernel caps
 //! the mark (half of `tcp_rmem`'s maximum) and wakes the reader anyway when the receive buffer or
 //! window is full, so a frame larger than the buffer still arrives, a piece at a time; a
-//! connection closed mid-frame still wakes its reader. That last wake-up needs Linux 5.10 (the
-//! fix titled "tcp: fix SO_RCVLOWAT hangs with fat skbs"): on older kernels, and where the option
-//! cannot be set, the connection reads as before (the latter said once per connection at debug
-//! level).
+//! connection closed mid-frame still wakes its reader. The wake-up on a full window needs Linux
+//! 5.10 (the fix titled "tcp: fix SO_RCVLOWAT hangs with fat skbs"): on older kernels, and where
+//! the option cannot be set, the connection reads as before (the latter said once per connection
+//! at debug level).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
