@@ -252,6 +252,61 @@ fn second_static_member_with_the_same_instance_id_fences_the_first() {
     assert_eq!(c.call(&hb, 4).error_code, 82, "FENCED_INSTANCE_ID");
 }
 
+fn delete_topic(c: &mut Client, topic: &str) {
+    let req = DeleteTopicsRequest::default()
+        .with_topics(vec![delete_topics_request::DeleteTopicState::default().with_name(Some(TopicName(s(topic))))])
+        .with_timeout_ms(10_000);
+    assert_eq!(c.call(&req, 6).responses[0].error_code, 0);
+}
+
+/// Every topic a group has committed offsets for (OffsetFetch of all topics).
+fn committed_topics(c: &mut Client, group: &str) -> Vec<String> {
+    let req = OffsetFetchRequest::default().with_groups(vec![offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(GroupId(s(group))).with_topics(None)]);
+    let mut topics: Vec<String> = c.call(&req, 9).groups[0].topics.iter().map(|t| t.name.as_str().to_string()).collect();
+    topics.sort();
+    topics
+}
+
+#[test]
+fn deleting_a_topic_forgets_its_committed_offsets() {
+    let b = Target::start();
+    let mut c = b.connect_ready(&["forgetful"]);
+    create_topic(&mut c, "gone", 2);
+    create_topic(&mut c, "kept", 1);
+    let (member, gen) = join_and_sync(&mut c, "forgetful");
+    for (t, p) in [("gone", 0), ("gone", 1), ("kept", 0)] {
+        assert_eq!(commit(&mut c, "forgetful", &member, gen, t, p, 40), 0);
+    }
+    assert_eq!(committed_topics(&mut c, "forgetful"), vec!["gone", "kept"]);
+    delete_topic(&mut c, "gone");
+    // Kafka removes them once the deletion reaches its group coordinator; sluice at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while committed_topics(&mut c, "forgetful") != vec!["kept"] {
+        assert!(std::time::Instant::now() < deadline, "offsets of the deleted topic still committed: {:?}", committed_topics(&mut c, "forgetful"));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // A topic created again under the name starts without the old topic's positions.
+    create_topic(&mut c, "gone", 2);
+    assert_eq!(fetch(&mut c, "forgetful", "gone", 0).0, -1);
+    assert_eq!(fetch(&mut c, "forgetful", "kept", 0).0, 40);
+}
+
+#[test]
+fn offsets_forgotten_with_their_topic_stay_forgotten_after_a_restart() {
+    let b = Broker::start(FAST);
+    let mut c = b.connect();
+    create_topic(&mut c, "gone", 1);
+    create_topic(&mut c, "kept", 1);
+    let (member, gen) = join_and_sync(&mut c, "durable");
+    assert_eq!(commit(&mut c, "durable", &member, gen, "gone", 0, 7), 0);
+    assert_eq!(commit(&mut c, "durable", &member, gen, "kept", 0, 8), 0);
+    delete_topic(&mut c, "gone");
+    drop(c);
+    let b = Broker::start_in(b.stop(), FAST);
+    let mut c = b.connect();
+    assert_eq!(committed_topics(&mut c, "durable"), vec!["kept"], "the tombstones were replayed");
+}
+
 #[test]
 fn committed_offsets_and_groups_survive_a_restart() {
     let b = Broker::start(FAST);

@@ -590,7 +590,10 @@ impl Broker {
                 tracing::warn!(topic = %topic.name, partition = p.index, error = %error_chain(&e), "deleting partition files");
             }
         }
-        tracing::info!(topic = %topic.name, "deleted topic");
+        // Committed offsets of the topic go too, as in Kafka: a topic created again under this
+        // name must not hand its consumers the old topic's positions.
+        let forgotten = if topic.name.as_ref() == crate::group::OFFSETS_TOPIC { 0 } else { self.groups().forget_topic(self, &topic.name) };
+        tracing::info!(topic = %topic.name, committed_offsets_removed = forgotten, "deleted topic");
         Ok(())
     }
 

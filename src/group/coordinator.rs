@@ -386,6 +386,26 @@ impl GroupCoordinator {
         }
     }
 
+    /// Forgets every group's committed offsets for a deleted topic, as Kafka does when a topic is
+    /// deleted (so a topic created again under the name starts with none). Groups are left as
+    /// they are; an Empty one left without offsets goes at the next [`Self::expire_offsets`].
+    /// Returns how many offsets were removed.
+    pub fn forget_topic(&mut self, topic: &str) -> usize {
+        let mut removed = 0;
+        for (gid, entry) in self.groups.iter_mut() {
+            let records = &mut self.records;
+            entry.offsets.retain(|(t, p), _| {
+                let keep = t != topic;
+                if !keep {
+                    records.push(CoordinatorRecord::Offset { group: gid.clone(), topic: t.clone(), partition: *p, value: None });
+                    removed += 1;
+                }
+                keep
+            });
+        }
+        removed
+    }
+
     /// Removes expired offsets of Empty groups, and Empty groups left with no offsets.
     /// Returns how many offsets expired.
     pub fn expire_offsets(&mut self, now_ms: i64) -> usize {

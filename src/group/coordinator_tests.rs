@@ -117,3 +117,27 @@ fn non_empty_groups_cannot_be_deleted_and_subscribed_offsets_stay() {
     assert_eq!(c.delete_group("nope", 1), Some(ResponseError::GroupIdNotFound));
     assert_eq!(c.delete_offsets("nope", &[]), Err(ResponseError::GroupIdNotFound));
 }
+
+#[test]
+fn a_deleted_topics_offsets_are_forgotten_in_every_group_with_tombstones() {
+    let mut c = GroupCoordinator::new(config());
+    c.commit_offsets("g1", "", None, -1, vec![commit("gone", 0, 5), commit("gone", 1, 6), commit("kept", 0, 7)], 100).unwrap();
+    c.commit_offsets("g2", "", None, -1, vec![commit("gone", 0, 9)], 100).unwrap();
+    c.drain();
+    assert_eq!(c.forget_topic("gone"), 3);
+    let (records, _) = c.drain();
+    let mut tombstones: Vec<(String, String, i32)> = records
+        .iter()
+        .map(|r| match r {
+            CoordinatorRecord::Offset { group, topic, partition, value: None } => (group.clone(), topic.clone(), *partition),
+            other => panic!("not an offset tombstone: {other:?}"),
+        })
+        .collect();
+    tombstones.sort();
+    assert_eq!(tombstones, vec![("g1".into(), "gone".into(), 0), ("g1".into(), "gone".into(), 1), ("g2".into(), "gone".into(), 0)]);
+    let left: Vec<(String, i32)> = c.fetch_offsets("g1", None).into_iter().map(|(t, p, _)| (t, p)).collect();
+    assert_eq!(left, vec![("kept".to_string(), 0)]);
+    assert!(c.fetch_offsets("g2", None).is_empty());
+    assert_eq!(c.forget_topic("gone"), 0, "nothing left to forget");
+    assert!(c.drain().0.is_empty());
+}

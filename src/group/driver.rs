@@ -190,6 +190,11 @@ impl Groups {
         self.run(broker, |core, _| core.consumer_heartbeat(group_id, req, &topics, now)).0
     }
 
+    /// Forgets committed offsets of a deleted topic (tombstones in `__consumer_offsets`).
+    pub fn forget_topic(&self, broker: &Broker, topic: &str) -> usize {
+        self.run(broker, |core, _| core.forget_topic(topic)).0
+    }
+
     pub fn expire_offsets(&self, broker: &Broker) -> usize {
         let now = broker.now_ms();
         self.run(broker, |core, _| core.expire_offsets(now)).0
