@@ -180,10 +180,28 @@ final class Streams {
                 for (int i = 0; i < vs.size(); i++)
                     check(vs.get(i) == i + 1, "word " + e.getKey() + ": count #" + (i + 1) + " on the output topic is " + vs.get(i) + " (" + vs + ")");
             }
+
+            // kafka-streams-application-reset: input offsets back to the start, internal topics
+            // deleted, and with them the group's offsets for the repartition topic
+            int rc = new org.apache.kafka.tools.StreamsResetter().execute(new String[] {
+                "--bootstrap-server", bootstrap, "--application-id", app, "--input-topics", in, "--to-earliest", "--force"});
+            check(rc == 0, "the application reset tool exited " + rc);
+            Set<String> left = admin.listTopics().names().get(20, TimeUnit.SECONDS);
+            check(!left.contains(app + "-counts-changelog") && !left.contains(app + "-counts-repartition"), "internal topics left after the reset: " + left);
+            long deadline = System.currentTimeMillis() + 15000;
+            while (true) {
+                Map<TopicPartition, OffsetAndMetadata> after = admin.listConsumerGroupOffsets(app).partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+                Set<String> topics = new TreeSet<>();
+                after.keySet().forEach(tp -> topics.add(tp.topic()));
+                boolean atStart = tps(in, 3).stream().allMatch(tp -> after.containsKey(tp) && after.get(tp).offset() == 0);
+                if (atStart && topics.equals(Set.of(in))) break;
+                check(System.currentTimeMillis() < deadline, "after the reset the group commits " + after);
+                Thread.sleep(200);
+            }
             admin.deleteTopics(List.of(in, out)).all().get(20, TimeUnit.SECONDS);
         }
         long total = want.values().stream().mapToLong(Long::longValue).sum();
         return "word count over 350 lines (" + total + " words, " + want.size() + " distinct) through repartition + compacted changelog topics; "
-                + "repartition records purged; second instance restored the counts and resumed from committed offsets";
+                + "repartition records purged; second instance restored the counts and resumed from committed offsets; application reset tool";
     }
 }
