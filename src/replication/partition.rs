@@ -681,8 +681,7 @@ mod tests {
         assert_eq!(p.expire_producers(DAY_MS + 1_000, DAY_MS), 1);
     }
 
-    /// A backend whose fdatasync is counted, can be held until the test opens its gate, and
-    /// can be made to fail.
+    /// Hooks that count fdatasyncs, hold them until the test opens the gate, and can fail them.
     #[derive(Debug, Default)]
     struct SyncGate {
         syncs: std::sync::atomic::AtomicUsize,
@@ -691,47 +690,17 @@ mod tests {
         fail: AtomicBool,
     }
 
-    #[derive(Debug)]
-    struct GatedBackend(Arc<SyncGate>);
-
-    #[derive(Debug)]
-    struct GatedFile(Box<dyn crate::log::SegmentFile>, Arc<SyncGate>);
-
-    impl IoBackend for GatedBackend {
-        fn name(&self) -> &'static str {
-            "gated"
-        }
-        fn open(&self, path: &Path) -> std::io::Result<Box<dyn crate::log::SegmentFile>> {
-            Ok(Box::new(GatedFile(StdBackend.open(path)?, Arc::clone(&self.0))))
-        }
-    }
-
-    impl crate::log::SegmentFile for GatedFile {
-        fn write_at(&self, pos: u64, parts: &[Bytes]) -> std::io::Result<()> {
-            self.0.write_at(pos, parts)
-        }
-        fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
-            self.0.read_at(pos, len)
-        }
-        fn sync_data(&self) -> std::io::Result<()> {
-            self.1.syncs.fetch_add(1, Ordering::SeqCst);
-            let mut open = self.1.open.lock();
+    impl crate::log::io::IoHooks for SyncGate {
+        fn before_sync(&self) -> std::io::Result<()> {
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            let mut open = self.open.lock();
             while !*open {
-                self.1.opened.wait(&mut open);
+                self.opened.wait(&mut open);
             }
-            if self.1.fail.load(Ordering::SeqCst) {
+            if self.fail.load(Ordering::SeqCst) {
                 return Err(std::io::Error::other("injected fsync failure"));
             }
-            self.0.sync_data()
-        }
-        fn set_len(&self, len: u64) -> std::io::Result<()> {
-            self.0.set_len(len)
-        }
-        fn len(&self) -> std::io::Result<u64> {
-            self.0.len()
-        }
-        fn std_file(&self) -> &std::fs::File {
-            self.0.std_file()
+            Ok(())
         }
     }
 
@@ -744,7 +713,7 @@ mod tests {
     fn open_gated_with(dir: &Path, config: LogConfig) -> (Arc<Partition>, Arc<SyncGate>, usize) {
         let gate = Arc::new(SyncGate::default());
         set_gate(&gate, true);
-        let log = PartitionLog::open(dir, config, Arc::new(GatedBackend(Arc::clone(&gate)))).unwrap();
+        let log = PartitionLog::open(dir, config, crate::log::io::hooked(Arc::clone(&gate) as Arc<dyn crate::log::io::IoHooks>)).unwrap();
         let p = Arc::new(Partition::new("t".into(), 0, Uuid::nil(), log, 2_000, DAY_MS).unwrap());
         let base = gate.syncs.load(Ordering::SeqCst);
         (p, gate, base)

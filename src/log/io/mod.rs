@@ -310,9 +310,69 @@ pub(crate) fn test_backends() -> Vec<Arc<dyn IoBackend>> {
     v
 }
 
-/// A backend over [`StdBackend`] whose writes of `from` bytes or more wait while the gate is
-/// closed, as a write to a slow device would (tests). A held write gives up waiting after
-/// 10 s, so that a test whose runtime thread it blocks fails instead of hanging.
+/// What a [`hooked`] backend's files run before each write and each fsync (tests: a gate that
+/// holds them as a slow device would, a count, an injected failure).
+#[cfg(test)]
+pub(crate) trait IoHooks: std::fmt::Debug + Send + Sync {
+    /// Before a write of `len` bytes.
+    fn before_write(&self, _len: usize) {}
+    /// Before an fsync; an error fails it.
+    fn before_sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A backend over [`StdBackend`] whose files run `hooks` before their writes and fsyncs (tests).
+#[cfg(test)]
+pub(crate) fn hooked(hooks: Arc<dyn IoHooks>) -> Arc<dyn IoBackend> {
+    Arc::new(Hooked(hooks))
+}
+
+#[cfg(test)]
+#[derive(Debug)]
+struct Hooked(Arc<dyn IoHooks>);
+
+#[cfg(test)]
+#[derive(Debug)]
+struct HookedFile(Box<dyn SegmentFile>, Arc<dyn IoHooks>);
+
+#[cfg(test)]
+impl IoBackend for Hooked {
+    fn name(&self) -> &'static str {
+        "hooked"
+    }
+    fn open(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+        Ok(Box::new(HookedFile(StdBackend.open(path)?, Arc::clone(&self.0))))
+    }
+}
+
+#[cfg(test)]
+impl SegmentFile for HookedFile {
+    fn write_at(&self, pos: u64, parts: &[Bytes]) -> io::Result<()> {
+        self.1.before_write(parts.iter().map(Bytes::len).sum());
+        self.0.write_at(pos, parts)
+    }
+    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
+        self.0.read_at(pos, len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.1.before_sync()?;
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn std_file(&self) -> &File {
+        self.0.std_file()
+    }
+}
+
+/// Hooks whose writes of `from` bytes or more wait while the gate is closed, as a write to a
+/// slow device would (tests). A held write gives up waiting after 10 s, so that a test whose
+/// runtime thread it blocks fails instead of hanging.
 #[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct WriteGate {
@@ -330,7 +390,7 @@ impl WriteGate {
     }
     /// A backend whose files' writes pass this gate.
     pub(crate) fn backend(self: &Arc<Self>) -> Arc<dyn IoBackend> {
-        Arc::new(GatedWrites(Arc::clone(self)))
+        hooked(Arc::clone(self) as Arc<dyn IoHooks>)
     }
     pub(crate) fn open(&self) {
         self.state.lock().0 = false;
@@ -341,7 +401,11 @@ impl WriteGate {
         let st = self.state.lock();
         (st.1, st.2)
     }
-    fn pass(&self, len: usize) {
+}
+
+#[cfg(test)]
+impl IoHooks for WriteGate {
+    fn before_write(&self, len: usize) {
         if len < self.from {
             return;
         }
@@ -355,47 +419,6 @@ impl WriteGate {
             }
         }
         st.1 -= 1;
-    }
-}
-
-#[cfg(test)]
-#[derive(Debug)]
-struct GatedWrites(Arc<WriteGate>);
-
-#[cfg(test)]
-#[derive(Debug)]
-struct GatedWriteFile(Box<dyn SegmentFile>, Arc<WriteGate>);
-
-#[cfg(test)]
-impl IoBackend for GatedWrites {
-    fn name(&self) -> &'static str {
-        "gated-writes"
-    }
-    fn open(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
-        Ok(Box::new(GatedWriteFile(StdBackend.open(path)?, Arc::clone(&self.0))))
-    }
-}
-
-#[cfg(test)]
-impl SegmentFile for GatedWriteFile {
-    fn write_at(&self, pos: u64, parts: &[Bytes]) -> io::Result<()> {
-        self.1.pass(parts.iter().map(Bytes::len).sum());
-        self.0.write_at(pos, parts)
-    }
-    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        self.0.read_at(pos, len)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.0.len()
-    }
-    fn std_file(&self) -> &File {
-        self.0.std_file()
     }
 }
 
