@@ -184,7 +184,7 @@ pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> El
                             None => r
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                                 .with_error_message(Some(str_bytes(&format!("No such topic as {}", t.topic.as_str())))),
-                            Some(topic) if topic.partitions.iter().all(|q| q.index != p) => r
+                            Some(topic) if topic.partition(p).is_none() => r
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                                 .with_error_message(Some(str_bytes(&format!("No such partition as {}-{p}", t.topic.as_str())))),
                             Some(_) => r

@@ -11,6 +11,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::api::topic_name;
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::log::io::WriteGate;
@@ -51,7 +52,7 @@ fn produce(topic: &str, value_len: usize) -> ProduceRequest {
     let value = vec![b'v'; value_len];
     let batch = encode_uncompressed_batch(&[SimpleRecord { timestamp: 1_700_000_000_000, key: None, value: Some(&value) }]);
     ProduceRequest::default().with_acks(1).with_timeout_ms(5000).with_topic_data(vec![produce_request::TopicProduceData::default()
-        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+        .with_name(topic_name(topic))
         .with_partition_data(vec![produce_request::PartitionProduceData::default().with_index(0).with_records(Some(batch.into()))])])
 }
 
@@ -75,7 +76,7 @@ async fn a_large_append_held_at_the_device_holds_the_requests_behind_it_not_othe
     let mut a = TcpStream::connect(addr).await.unwrap();
     let list_offsets = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
         list_offsets_request::ListOffsetsTopic::default()
-            .with_name(TopicName(StrBytes::from_static_str("big")))
+            .with_name(topic_name("big"))
             .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)]),
     ]);
     let mut buf = frame(ApiKey::Produce, 9, 1, &produce("big", 100 << 10));
