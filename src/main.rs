@@ -117,6 +117,11 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let metrics_server = serve_metrics(&broker, metrics_handle.clone()).await?;
     let sampler = tokio::spawn(sluice::metrics::sampler::run(broker.clone(), metrics_handle));
     let server = Server::bind(broker.clone()).await?;
+    if broker.config.cpu_idle_poll_us > 0 {
+        let window = std::time::Duration::from_micros(broker.config.cpu_idle_poll_us);
+        let spinners = sluice::network::idle_poll::start(window);
+        tracing::info!(spinners, window_us = broker.config.cpu_idle_poll_us, "idle polling on (cpu.idle.poll.us)");
+    }
     tracing::info!(
         cluster_id = %broker.cluster_id,
         node_id = broker.node_id,

@@ -87,6 +87,9 @@ pub struct BrokerConfig {
     /// `log.io.direct.reads`: fetches of uncached ranges of directly appended files read them
     /// with `O_DIRECT` rather than through the page cache; see `log::io::direct_read`.
     pub io_direct_reads: bool,
+    /// `cpu.idle.poll.us`: after each request, keep the broker's CPUs from halting this long
+    /// (0: off, the default); see `network::idle_poll`.
+    pub cpu_idle_poll_us: u64,
     pub fetch_session_cache_slots: usize,
     /// Broker-level defaults for topic configs, keyed by *topic* config name
     /// (`retention.ms`, `segment.bytes`, ...), already validated.
@@ -149,6 +152,7 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("log.io.backend", "auto"),
     ("log.io.direct", "true"),
     ("log.io.direct.reads", "true"),
+    ("cpu.idle.poll.us", "0"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("metrics.listener", DEFAULT_METRICS_LISTENER),
     ("log.level", "info"),
@@ -304,6 +308,7 @@ impl BrokerConfig {
             io_backend,
             io_direct: parse_bool("log.io.direct", &get("log.io.direct"))?,
             io_direct_reads: parse_bool("log.io.direct.reads", &get("log.io.direct.reads"))?,
+            cpu_idle_poll_us: parse_int("cpu.idle.poll.us", &get("cpu.idle.poll.us"), 0, 1_000_000)?,
             fetch_session_cache_slots: parse_int(
                 "max.incremental.fetch.session.cache.slots",
                 &get("max.incremental.fetch.session.cache.slots"),
@@ -478,6 +483,10 @@ mod tests {
         let err = load(&[("log.io.direct.reads", "off")]).err().unwrap().to_string();
         assert!(err.contains("log.io.direct.reads") && err.contains("off"), "{err}");
         assert!(!load(&[("log.io.direct.reads", "false")]).unwrap().config.io_direct_reads);
+        assert_eq!(load(&[]).unwrap().config.cpu_idle_poll_us, 0);
+        assert_eq!(load(&[("cpu.idle.poll.us", "1000")]).unwrap().config.cpu_idle_poll_us, 1000);
+        let err = load(&[("cpu.idle.poll.us", "2000000")]).err().unwrap().to_string();
+        assert!(err.contains("cpu.idle.poll.us") && err.contains("2000000"), "{err}");
         let err = load(&[("listeners", "localhost:9092")]).err().unwrap().to_string();
         assert!(err.contains("listeners") && err.contains("NAME://host:port"), "{err}");
         let err = load(&[("log.segment.bytes", "10")]).err().unwrap().to_string();

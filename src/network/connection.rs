@@ -242,6 +242,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
             }
         };
         let mut body = frame::take_frame(&mut buf, len);
+        super::idle_poll::note_request();
         let arrived = last_read_at;
         let prefix = match frame::peek_header_prefix(&body) {
             Ok(p) => p,

@@ -12,6 +12,7 @@
 //!   dropped with the runtime.
 
 pub mod connection;
+pub mod idle_poll;
 pub mod send;
 
 use std::collections::HashMap;
