@@ -41,7 +41,7 @@ CFG = {
     "kafka_heap": os.environ.get("BENCH_KAFKA_HEAP", "-Xmx1G -Xms1G"),
     "dd_mib": env("BENCH_DD_MIB", 256, 2048),
     "dd_files": env("BENCH_DD_FILES", 3, 4),                     # page-cache floor: files of dd_mib
-    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,loaded,recovery,scale,buffered,pcreads").split(","),
+    "workloads": os.environ.get("BENCH_WORKLOADS", "produce,pyproduce,consume,durable,latency,loaded,recovery,scale,buffered,pcreads,idlepoll").split(","),
     "perf": os.environ.get("BENCH_PERF", "0") == "1",
 }
 WORK = os.environ.get("BENCH_WORK", os.path.join(ROOT, ".cache", "bench", "work"))
@@ -426,6 +426,7 @@ def latency_run(b, rnd, res, sampler, topic, key, count=None, first_warmup=None,
     create_topics([(topic, 1)])
     sampler.reset()
     runs = []
+    cpu0, t0 = proc_cpu_s(b.pid), time.monotonic()
     for i in range(count or CFG["lat_runs"]):
         steal0 = host_steal_s()
         warmup = (CFG["lat_warmup"] if first_warmup is None else first_warmup) if i == 0 else 1
@@ -437,7 +438,10 @@ def latency_run(b, rnd, res, sampler, topic, key, count=None, first_warmup=None,
         log(b.name, rnd, key, "run", run)
         if "error" in run:
             break
-    r = {"runs": runs, "host_steal_s": round(sum(x["host_steal_s"] for x in runs), 2)}
+    # What the broker spent meanwhile (warm-up included), per second: with idle polling on, its
+    # spinners' time shows here.
+    r = {"runs": runs, "host_steal_s": round(sum(x["host_steal_s"] for x in runs), 2),
+         "broker_cpu_s_per_s": (proc_cpu_s(b.pid) - cpu0) / (time.monotonic() - t0)}
     failed = [x for x in runs if "error" in x]
     if failed:
         r["error"] = failed[0]["error"]
@@ -623,6 +627,15 @@ def session_pagecache_reads(b, rnd, res):
                 continue
             timed_read(b, rnd, res, sampler, "pcreads/consume-cold/" + key, cmd)
     variant_session(b, rnd, res, "log.io.direct.reads=false", "pcreads", body)
+
+
+def session_idle_poll(b, rnd, res):
+    """Fresh sluice with cpu.idle.poll.us=1000 (its CPU kept from halting for 1 ms after each
+    request, longer than the 0.5 ms between two records at the default rate): the latency run,
+    under "idlepoll/latency". The report sets it against Kafka's latency run, broker CPU included."""
+    def body(sampler):
+        latency_run(b, rnd, res, sampler, "ip-lat", "idlepoll/latency")
+    variant_session(b, rnd, res, "cpu.idle.poll.us=1000", "idlepoll", body)
 
 
 def session_scale(b, rnd, res):
@@ -870,6 +883,9 @@ def main():
                 if "pcreads" in CFG["workloads"] and name == "sluice":
                     shutil.rmtree(b.data, ignore_errors=True)
                     session_pagecache_reads(b, rnd, res)
+                if "idlepoll" in CFG["workloads"] and name == "sluice" and "latency" in CFG["workloads"]:
+                    shutil.rmtree(b.data, ignore_errors=True)
+                    session_idle_poll(b, rnd, res)
             except Exception as e:  # noqa
                 res["session_error"] = str(e)[:400]
                 log(name, rnd, "session failed:", e)

@@ -43,7 +43,7 @@ def values(broker, path):
             continue
         sub = r.get(path[0])
         runs = sub.get("runs") if len(path) == 2 and isinstance(sub, dict) else None
-        if runs:
+        if runs and any(path[1] in x for x in runs):
             out += [x[path[1]] for x in runs if isinstance(x.get(path[1]), (int, float))]
         elif (v := get(r, path)) is not None:
             out.append(v)
@@ -112,6 +112,8 @@ ROWS += [
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99", ["latency", "p99_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "p99.9", ["latency", "p999_ms"], "ms", "lower"),
     ("End-to-end latency (rdkbench, acks=all, linger 0)", "max", ["latency", "max_ms"], "ms", "lower"),
+    ("End-to-end latency (rdkbench, acks=all, linger 0)", "broker CPU meanwhile (warm-up included)", ["latency", "broker_cpu_s_per_s"],
+     "CPU s/s", "lower"),
     (LOADED, f"p50 at {CFG['lat_rate']} records/s", ["loaded/latency", "p50_ms"], "ms", "lower"),
     (LOADED, "p99", ["loaded/latency", "p99_ms"], "ms", "lower"),
     (LOADED, "p99.9", ["loaded/latency", "p999_ms"], "ms", "lower"),
@@ -159,6 +161,14 @@ for prefix, when in (("consume", "right after the produce run"), ("consume-cold"
                  (PCREADS, f"broker CPU per GiB read ({what}, {when})", [f"pcreads/{prefix}/{key}", "broker_cpu_s_per_gib"],
                   "CPU s/GiB", "lower", [f"{prefix}/{key}", "broker_cpu_s_per_gib"])]
 
+# sluice with cpu.idle.poll.us=1000 (its own session) against Kafka's latency run.
+IDLEPOLL = ("sluice with cpu.idle.poll.us=1000 (its CPU kept from halting for 1 ms after each request: "
+            "a CPU's worth of time for a shorter latency) against Kafka's latency run above")
+ROWS += [(IDLEPOLL, f"end-to-end latency {q}", ["idlepoll/latency", f"{q}_ms"], "ms", "lower", ["latency", f"{q}_ms"])
+         for q in ("p50", "p99", "p999")]
+ROWS += [(IDLEPOLL, "broker CPU meanwhile (warm-up included)", ["idlepoll/latency", "broker_cpu_s_per_s"], "CPU s/s", "lower",
+          ["latency", "broker_cpu_s_per_s"])]
+
 
 def quiet():
     busy = max(M.get("busy_before", 1), M.get("busy_after", 1))
@@ -178,11 +188,12 @@ def latency_runs():
     """Each latency run's p99 with the host steal time during it (results that record runs only)."""
     rows = []
     for r in R["rounds"]:
-        for key in ("latency", "loaded/latency", "buffered/latency"):
+        for key in ("latency", "loaded/latency", "buffered/latency", "idlepoll/latency"):
             lat = r.get(key)
             if not isinstance(lat, dict) or not lat.get("runs"):
                 continue
-            who = r["broker"] + {"buffered/latency": " (log.io.direct=false)", "loaded/latency": " (under load)"}.get(key, "")
+            who = r["broker"] + {"buffered/latency": " (log.io.direct=false)", "loaded/latency": " (under load)",
+                                 "idlepoll/latency": " (cpu.idle.poll.us=1000)"}.get(key, "")
             cells = ", ".join("fails" if "error" in x else f"{x.get('p99_ms', 0):.2f} ms ({x.get('host_steal_s', 0):.2f} s)"
                               for x in lat["runs"])
             rows.append(f"| {who} | {r['round']} | {cells} |")
