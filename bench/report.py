@@ -390,10 +390,13 @@ def chart():
     S2 = [med("sluice", ["latency", k]) or 0 for k in keys]
     K2 = [med("kafka", ["latency", k]) or 0 for k in keys]
     D2 = [med("sluice", ["buffered/latency", k]) or 0 for k in keys]
-    a2.bar([i - off for i in range(3)], S2, w, label="sluice", color="#1f77b4")
-    if any(D2):
-        a2.bar(list(range(3)), D2, w, label="sluice, log.io.direct=false", color="#2ca02c")
-    a2.bar([i + off for i in range(3)], K2, w, label="Apache Kafka", color="#d62728")
+    P2 = [med("sluice", ["idlepoll/latency", k]) or 0 for k in keys]
+    series = [(S2, "sluice", "#1f77b4"), (D2, "sluice, log.io.direct=false", "#2ca02c"),
+              (P2, "sluice, cpu.idle.poll.us=1000", "#9467bd"), (K2, "Apache Kafka", "#d62728")]
+    series = [x for x in series if any(x[0])]
+    w2 = 0.8 / len(series)
+    for j, (vals, label, color) in enumerate(series):
+        a2.bar([i + (j - (len(series) - 1) / 2) * w2 for i in range(3)], vals, w2, label=label, color=color)
     a2.set_xticks(range(3)); a2.set_xticklabels(pl)
     a2.set_ylabel("ms"); a2.set_yscale("log")
     a2.set_title(f"End-to-end latency at {CFG['lat_rate']} rec/s (lower is better)")
