@@ -120,7 +120,9 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     if broker.config.cpu_idle_poll_us > 0 {
         let window = std::time::Duration::from_micros(broker.config.cpu_idle_poll_us);
         let spinners = sluice::network::idle_poll::start(window);
-        tracing::info!(spinners, window_us = broker.config.cpu_idle_poll_us, "idle polling on (cpu.idle.poll.us)");
+        if spinners > 0 {
+            tracing::info!(spinners, window_us = broker.config.cpu_idle_poll_us, "idle polling on (cpu.idle.poll.us)");
+        }
     }
     tracing::info!(
         cluster_id = %broker.cluster_id,

@@ -22,7 +22,10 @@
 //! Requests only bump a counter ([`note_request`]: one relaxed atomic add); nothing on the
 //! request path waits for or wakes a spinner. If `SCHED_IDLE` or the CPU affinity cannot be set,
 //! the spinners are not started and a warning says why: spinning at normal priority would
-//! compete with the broker's own threads.
+//! compete with the broker's own threads. Nor are they started, with a warning, where the
+//! process's cgroup (or one above it) limits its CPU time (`cpu.max`, `cpu.cfs_quota_us`), as
+//! containers often do: a spinner's time counts against that limit, and spinners on CPUs the
+//! broker's threads are not using would spend the budget and get the broker throttled.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -42,6 +45,14 @@ pub fn note_request() {
 /// Starts one spinner per CPU in this process's affinity mask, each keeping its CPU busy for
 /// `window` after the last request. Returns how many were started.
 pub fn start(window: Duration) -> usize {
+    if let Some(limit) = cgroup_cpu_limit(&|p| std::fs::read_to_string(p).ok()) {
+        tracing::warn!(
+            limit = %limit,
+            "cpu.idle.poll.us: the broker's cgroup limits its CPU time, and spinners would spend it, \
+             leaving the broker throttled; idle polling is off"
+        );
+        return 0;
+    }
     let cpus = match allowed_cpus() {
         Ok(c) => c,
         Err(e) => {
@@ -114,6 +125,46 @@ fn spin(window: Duration, requests: &AtomicU64) -> ! {
     }
 }
 
+/// The CPU-time limit (CFS bandwidth) of this process's cgroup or of one above it, as the file
+/// states it (`200000 100000` from cgroup v2's `cpu.max`, `cpu.cfs_quota_us=150000` from v1), or
+/// `None` when no cgroup on the way to the root sets one. `read` returns a file's contents.
+/// Only the usual mount points are looked at (`/sys/fs/cgroup`, `/sys/fs/cgroup/unified` for v2,
+/// `/sys/fs/cgroup/cpu` and `/sys/fs/cgroup/cpu,cpuacct` for v1).
+fn cgroup_cpu_limit(read: &dyn Fn(&std::path::Path) -> Option<String>) -> Option<String> {
+    use std::path::Path;
+    let membership = read(Path::new("/proc/self/cgroup"))?;
+    for line in membership.lines() {
+        // "hierarchy-id:controllers:path"; v2 is "0::path".
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let v2 = controllers.is_empty();
+        let (mounts, file): (&[&str], &str) = if v2 {
+            (&["/sys/fs/cgroup", "/sys/fs/cgroup/unified"], "cpu.max")
+        } else if controllers.split(',').any(|c| c == "cpu") {
+            (&["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"], "cpu.cfs_quota_us")
+        } else {
+            continue;
+        };
+        for mount in mounts {
+            let mut dir = Some(Path::new(path.trim_start_matches('/')));
+            while let Some(d) = dir {
+                if let Some(text) = read(&Path::new(mount).join(d).join(file)) {
+                    let text = text.trim();
+                    // v2: "max PERIOD" is no limit; v1: -1 is none.
+                    if v2 && !text.starts_with("max") {
+                        return Some(text.to_string());
+                    }
+                    if !v2 && text.parse::<i64>().is_ok_and(|q| q > 0) {
+                        return Some(format!("{file}={text}"));
+                    }
+                }
+                dir = d.parent();
+            }
+        }
+    }
+    None
+}
+
 fn allowed_cpus() -> std::io::Result<Vec<usize>> {
     // SAFETY: `set` is a plain bitmask the kernel fills; its size is passed with it.
     unsafe {
@@ -168,6 +219,35 @@ mod tests {
         // Traffic after a long pause spins again, and the backoff starts over.
         assert_eq!(p.step(3, t0 + MS * 100), Step::Spin);
         assert_eq!(p.step(3, t0 + MS * 103), Step::Sleep(MS));
+    }
+
+    fn files(list: &'static [(&'static str, &'static str)]) -> impl Fn(&std::path::Path) -> Option<String> {
+        move |p| list.iter().find(|(f, _)| std::path::Path::new(f) == p).map(|(_, t)| t.to_string())
+    }
+
+    #[test]
+    fn a_cgroup_cpu_limit_on_the_way_to_the_root_is_found_in_v1_and_v2() {
+        // v2, limit on the parent of the process's cgroup.
+        let v2 = files(&[
+            ("/proc/self/cgroup", "0::/kubepods/pod1/c1\n"),
+            ("/sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "max 100000\n"),
+            ("/sys/fs/cgroup/kubepods/pod1/cpu.max", "200000 100000\n"),
+        ]);
+        assert_eq!(cgroup_cpu_limit(&v2).as_deref(), Some("200000 100000"));
+        // v2 without a limit anywhere, as in a container whose cgroup is its namespace's root.
+        let free = files(&[("/proc/self/cgroup", "0::/\n"), ("/sys/fs/cgroup/cpu.max", "max 100000\n")]);
+        assert_eq!(cgroup_cpu_limit(&free), None);
+        // Hybrid v1 + v2 (this project's VMs): the v1 cpu controller decides; -1 is no limit.
+        let v1 = files(&[
+            ("/proc/self/cgroup", "4:memory:/x\n1:cpu,cpuacct:/docker/abc\n0::/\n"),
+            ("/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "150000\n"),
+            ("/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n"),
+        ]);
+        assert_eq!(cgroup_cpu_limit(&v1).as_deref(), Some("cpu.cfs_quota_us=150000"));
+        let v1_free = files(&[("/proc/self/cgroup", "1:cpu:/\n0::/\n"), ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n")]);
+        assert_eq!(cgroup_cpu_limit(&v1_free), None);
+        // Unreadable membership: nothing known, nothing refused.
+        assert_eq!(cgroup_cpu_limit(&files(&[])), None);
     }
 
     #[test]
