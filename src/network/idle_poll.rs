@@ -2,9 +2,9 @@
 //!
 //! Between two requests of a moderate stream the broker's CPU has nothing to do and halts. The
 //! next request then waits for the CPU to wake, which on a virtual machine is an exit to the
-//! hypervisor and back: on the bench VM it put about 25 µs on the median and about 60 µs on the
-//! median p99 of the end-to-end latency at 2,000 records/s (see bench/METHOD.md, "Idle-polling
-//! session").
+//! hypervisor and back: on the bench VM it put about 25 µs on the median of the end-to-end
+//! latency at 2,000 records/s, and on the p99 60 µs (medians of six alternating 15 s runs each
+//! way) to 190 µs (the full bench of f5eff91; bench/METHOD.md, "Idle-polling session").
 //!
 //! With a window of N µs, one thread per CPU the process may run on keeps that CPU busy for N µs
 //! after the last request arrived (on any connection), spinning at the lowest scheduling
