@@ -19,27 +19,34 @@
 //! seconds per GiB produced get worse). Meant for a broker given CPUs of its own, where a low
 //! latency tail is worth them.
 //!
-//! Requests only bump a counter ([`note_request`]: one relaxed atomic add); nothing on the
-//! request path waits for or wakes a spinner. If `SCHED_IDLE` or the CPU affinity cannot be set,
+//! Requests only bump a counter ([`note_request`]: one relaxed atomic add while spinners run,
+//! otherwise a read of a flag that never changes); nothing on the request path waits for or
+//! wakes a spinner. If `SCHED_IDLE` or the CPU affinity cannot be set,
 //! the spinners are not started and a warning says why: spinning at normal priority would
 //! compete with the broker's own threads. Nor are they started, with a warning, where the
 //! process's cgroup (or one above it) limits its CPU time (`cpu.max`, `cpu.cfs_quota_us`), as
 //! containers often do: a spinner's time counts against that limit, and spinners on CPUs the
 //! broker's threads are not using would spend the budget and get the broker throttled.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Requests seen so far, by all connections.
+/// Whether spinners run: only then are requests counted (a read of a line no one writes, for a
+/// broker without idle polling).
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Requests seen so far, by all connections, while spinners run.
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
 
 /// Longest sleep between two looks for traffic once a window has passed.
 const MAX_BACKOFF: Duration = Duration::from_millis(64);
 
-/// Notes that a request arrived (cheap enough for every request, polling on or off).
+/// Notes that a request arrived.
 #[inline]
 pub fn note_request() {
-    REQUESTS.fetch_add(1, Ordering::Relaxed);
+    if ON.load(Ordering::Relaxed) {
+        REQUESTS.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Starts one spinner per CPU in this process's affinity mask, each keeping its CPU busy for
@@ -67,13 +74,14 @@ pub fn start(window: Duration) -> usize {
                 tracing::warn!(cpu, error = %e, "cpu.idle.poll.us: cannot make the spinner SCHED_IDLE on its CPU; no idle polling there");
                 return;
             }
-            spin(window, &REQUESTS);
+            spin(window);
         });
         match spawned {
             Ok(_) => started += 1,
             Err(e) => tracing::warn!(cpu, error = %e, "cpu.idle.poll.us: cannot start a spinner"),
         }
     }
+    ON.store(started > 0, Ordering::Relaxed);
     started
 }
 
@@ -115,10 +123,10 @@ impl Poller {
     }
 }
 
-fn spin(window: Duration, requests: &AtomicU64) -> ! {
-    let mut poller = Poller::new(window, requests.load(Ordering::Relaxed));
+fn spin(window: Duration) -> ! {
+    let mut poller = Poller::new(window, REQUESTS.load(Ordering::Relaxed));
     loop {
-        match poller.step(requests.load(Ordering::Relaxed), Instant::now()) {
+        match poller.step(REQUESTS.load(Ordering::Relaxed), Instant::now()) {
             Step::Spin => std::hint::spin_loop(),
             Step::Sleep(d) => std::thread::sleep(d),
         }
