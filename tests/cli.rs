@@ -3,6 +3,10 @@
 
 use std::process::Command;
 
+use kafka_protocol::messages::ApiVersionsRequest;
+
+mod common;
+
 fn sluice(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().expect("run sluice")
 }
@@ -131,58 +135,29 @@ fn idle_pollers(pid: u32) -> Vec<(String, u32, String)> {
     found
 }
 
-/// Starts `sluice serve` with `overrides`, waits until it listens, sends it 200 ApiVersions
-/// requests and returns the child.
-fn serve_and_request(dir: &std::path::Path, overrides: &[&str]) -> std::process::Child {
-    use std::io::{BufRead, Read, Write};
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    cmd.args(["serve", "--override", &format!("log.dirs={}", dir.display())])
-        .args(["--override", "listeners=PLAINTEXT://127.0.0.1:0"])
-        .stderr(std::process::Stdio::piped())
-        .env("SLUICE_LOG", "warn");
-    for o in overrides {
-        cmd.args(["--override", o]);
+/// A broker started with `overrides` after 200 ApiVersions requests (each answered without
+/// error, with its own correlation id).
+fn broker_after_requests(overrides: &[&str]) -> common::Broker {
+    let broker = common::Broker::start(overrides);
+    let mut client = broker.connect();
+    for _ in 0..200 {
+        assert_eq!(client.call(&ApiVersionsRequest::default(), 0).error_code, 0);
     }
-    let mut child = cmd.spawn().expect("start sluice");
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("sluice exited before listening").unwrap();
-        if let Some(rest) = line.split("listening on PLAINTEXT://").nth(1) {
-            break rest.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    for id in 0..200i32 {
-        // ApiVersions v0: api key 18, version 0, correlation id, null client id.
-        let mut req = vec![0, 0, 0, 10, 0, 18, 0, 0];
-        req.extend_from_slice(&id.to_be_bytes());
-        req.extend_from_slice(&[0xff, 0xff]);
-        s.write_all(&req).unwrap();
-        let mut size = [0u8; 4];
-        s.read_exact(&mut size).unwrap();
-        let mut body = vec![0u8; u32::from_be_bytes(size) as usize];
-        s.read_exact(&mut body).unwrap();
-        assert_eq!(body[..4], id.to_be_bytes(), "correlation id");
-    }
-    child
+    broker
 }
 
 #[test]
 fn idle_polling_runs_one_sched_idle_spinner_per_cpu_that_sleeps_once_requests_stop() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut off = serve_and_request(&dir.path().join("off"), &[]);
-    let none = idle_pollers(off.id());
-    let _ = off.kill();
-    let _ = off.wait();
+    let off = broker_after_requests(&[]);
+    let none = idle_pollers(off.child.id());
+    drop(off);
     assert!(none.is_empty(), "cpu.idle.poll.us defaults to 0 (off), yet: {none:?}");
 
-    let mut on = serve_and_request(&dir.path().join("on"), &["cpu.idle.poll.us=2000"]);
+    let on = broker_after_requests(&["cpu.idle.poll.us=2000"]);
     // 300 ms after the last request, well past the 2 ms window.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let spinners = idle_pollers(on.id());
-    let _ = on.kill();
-    let _ = on.wait();
+    let spinners = idle_pollers(on.child.id());
+    drop(on);
     let cpus = std::thread::available_parallelism().unwrap().get();
     assert_eq!(spinners.len(), cpus, "one spinner per CPU the broker may run on: {spinners:?}");
     for (tid, policy, states) in &spinners {
