@@ -391,6 +391,34 @@ fn kip848_members_get_epochs_and_disjoint_assignments() {
 }
 
 #[test]
+fn kip848_join_treats_an_empty_topic_regex_as_none_and_needs_a_subscription() {
+    // librdkafka sends SubscribedTopicRegex "" beside its topic list; Kafka counts only a
+    // non-empty regex. Runs against Kafka too (GROUPS_TEST_ADDR).
+    let b = Target::start();
+    let mut c = b.connect_ready(&["cg-regex"]);
+    create_topic(&mut c, "k848", 4);
+    let base = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("cg-regex")))
+        .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_topic_partitions(Some(vec![]));
+    let r: ConsumerGroupHeartbeatResponse =
+        c.call(&base.clone().with_subscribed_topic_names(Some(vec![TopicName(s("k848"))])).with_subscribed_topic_regex(Some(s(""))), 1);
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    assert!(r.member_epoch > 0);
+    let none: ConsumerGroupHeartbeatResponse = c.call(&base.clone().with_member_id(s(&uuid::Uuid::new_v4().to_string())), 1);
+    assert_eq!(none.error_code, 42, "INVALID_REQUEST");
+    assert_eq!(none.error_message.as_deref(), Some("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."));
+    let no_timeout: ConsumerGroupHeartbeatResponse = c.call(
+        &base.with_member_id(s(&uuid::Uuid::new_v4().to_string())).with_rebalance_timeout_ms(-1).with_subscribed_topic_names(Some(vec![TopicName(s("k848"))])),
+        1,
+    );
+    assert_eq!(no_timeout.error_code, 42, "INVALID_REQUEST");
+    assert_eq!(no_timeout.error_message.as_deref(), Some("RebalanceTimeoutMs must be provided in first request."));
+}
+
+#[test]
 fn consumer_lag_metrics_come_from_committed_offsets() {
     use std::io::{Read, Write};
     let mut overrides = FAST.to_vec();

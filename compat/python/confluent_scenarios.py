@@ -131,6 +131,53 @@ def subscribe_group(bs):
     return "subscribe + commit + committed + list_consumer_group_offsets + list/delete groups"
 
 
+def consumer_protocol_group(bs):
+    """KIP-848 (group.protocol=consumer): the broker assigns; two members split 4 partitions."""
+    t = topic("k848")
+    g = "compat-confluent-k848-" + RUN
+    create_topic(admin(bs), t, 4)
+    owned = [set(), set()]
+
+    def on_assign(i):
+        def f(consumer, partitions):
+            owned[i].update(p.partition for p in partitions)
+        return f
+
+    def on_revoke(i):
+        def f(consumer, partitions):
+            owned[i].difference_update(p.partition for p in partitions)
+        return f
+
+    cs = []
+    for i in range(2):
+        c = Consumer({"bootstrap.servers": bs, "group.id": g, "group.protocol": "consumer", "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", **QUIET})
+        c.subscribe([t], on_assign=on_assign(i), on_revoke=on_revoke(i), on_lost=on_revoke(i))
+        cs.append(c)
+    # The records are produced once both members own two partitions each (the first may hold all
+    # four for a moment while the second joins), so each is read by its final owner only.
+    deadline = time.time() + 30
+    while not (len(owned[0]) == 2 and len(owned[1]) == 2) and time.time() < deadline:
+        for c in cs:
+            m = c.poll(0.1)
+            check(m is None or m.error() is not None, "a record before any was produced")
+    check(len(owned[0]) == 2 and len(owned[1]) == 2 and not owned[0] & owned[1], "assignments %r" % owned)
+    want = produce(bs, t, make_records(4, 40))
+    got = []
+    deadline = time.time() + 25
+    while len(got) < len(want) and time.time() < deadline:
+        for c in cs:
+            got += poll(c, len(want) - len(got), 0.5)
+    for c in cs:
+        c.commit(asynchronous=False)
+    com = cs[0].committed([TopicPartition(t, p) for p in range(4)], timeout=10)
+    for c in cs:
+        c.close()
+    verify(want, got)
+    check([x.offset for x in com] == [10, 10, 10, 10], "committed %r" % com)
+    return "2 members, partitions split 2/2 by the broker, %d records read once, commits" % len(want)
+
+
 def admin_ops(bs):
     t = topic("adm")
     a = admin(bs)
@@ -191,5 +238,6 @@ if __name__ == "__main__":
         ("produce-consume-assign", produce_consume),
         ("compression", compression),
         ("subscribe-group", subscribe_group),
+        ("consumer-protocol-group", consumer_protocol_group),
         ("admin", admin_ops),
     ]))

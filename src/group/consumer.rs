@@ -180,8 +180,12 @@ impl ConsumerGroup {
         match req.member_epoch {
             -1 | -2 => return self.leave(req, topics),
             0 => {
-                if req.rebalance_timeout_ms == -1 || req.subscribed_topic_names.is_none() {
-                    return HeartbeatReply::error(ResponseError::InvalidRequest, "RebalanceTimeoutMs and SubscribedTopicNames must be set when joining.", &req.member_id);
+                // Apache Kafka 4.4's checks and messages.
+                if req.rebalance_timeout_ms == -1 {
+                    return HeartbeatReply::error(ResponseError::InvalidRequest, "RebalanceTimeoutMs must be provided in first request.", &req.member_id);
+                }
+                if req.subscribed_topic_names.is_none() {
+                    return HeartbeatReply::error(ResponseError::InvalidRequest, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.", &req.member_id);
                 }
                 if let Err(r) = self.admit(&req, limits) {
                     return r;

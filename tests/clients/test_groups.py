@@ -274,5 +274,53 @@ def test_java_consumer_with_the_consumer_group_protocol_reads_everything_and_com
     assert {p: got[p] for p in range(4)} == ends, "the Java consumer committed what it read"
 
 
+def test_librdkafka_consumer_with_the_consumer_group_protocol_reads_everything_across_a_restart(broker):
+    """KIP-848 (group.protocol=consumer) with librdkafka, which sends SubscribedTopicRegex "" beside
+    its topic list: it is given every partition, reads and commits everything, and after a broker
+    restart carries on from its commits with the records produced since. sluice does not keep
+    KIP-848 membership across a restart (the member is fenced and rejoins, `on_lost`), so only
+    what the consumer reads and commits is checked, not how it got its partitions back."""
+    b = broker.bootstrap
+    topic = create_topic(b, unique("k848r"), 4)
+    first, second = make_records(200, 4, prefix="a", value_size=10), make_records(200, 4, prefix="b", value_size=10)
+    produce_all(producer(b), topic, first)
+    group = unique("g")
+    assigned = set()
+
+    def on_assign(consumer, partitions):
+        assigned.update(p.partition for p in partitions)
+
+    c = Consumer({"bootstrap.servers": b, "group.id": group, "group.protocol": "consumer",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.subscribe([topic], on_assign=on_assign)
+    keys = []
+
+    def read_until(n, seconds):
+        deadline = time.time() + seconds
+        while len(set(keys)) < n and time.time() < deadline:
+            m = c.poll(0.2)
+            if m is None or m.error():
+                continue
+            try:
+                c.commit(message=m, asynchronous=False)
+            except KafkaException:
+                continue  # not committed: the record comes again from the committed offset
+            keys.append(m.key().decode())
+
+    try:
+        read_until(200, 60)
+        assert assigned == {0, 1, 2, 3}, "one member is given every partition"
+        assert sorted(keys) == sorted(r["key"].decode() for r in first)
+        broker.restart()
+        produce_all(producer(broker.bootstrap), topic, second)
+        read_until(400, 90)
+    finally:
+        c.close()
+    assert set(keys) == {r["key"].decode() for r in first + second}
+    assert len(keys) == 400, "each record committed once: %d duplicates" % (len(keys) - len(set(keys)))
+    ends = {p: hi for p, (lo, hi) in watermarks(broker.bootstrap, topic, 4).items()}
+    assert committed(broker.bootstrap, group, topic, 4) == ends
+
+
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
     worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))

@@ -27,7 +27,9 @@ pub async fn consumer_group_heartbeat(ctx: &RequestContext, req: ConsumerGroupHe
     if let Some(e) = not_ready(ctx) {
         return base.with_error_code(e.code());
     }
-    if req.subscribed_topic_regex.is_some() {
+    // An empty regex is no regex (Kafka's own test: `subscribedTopicRegex() != null &&
+    // !isEmpty()`); librdkafka sends "" with every topic-list subscription.
+    if req.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
         // TODO(regex subscriptions): Kafka resolves RE2J patterns server-side; until sluice
         // does, subscribe(Pattern) with group.protocol=consumer is refused.
         return base
