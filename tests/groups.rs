@@ -391,7 +391,7 @@ fn kip848_members_get_epochs_and_disjoint_assignments() {
 }
 
 #[test]
-fn kip848_join_treats_an_empty_topic_regex_as_none_and_needs_a_subscription() {
+fn kip848_join_needs_names_or_a_regex_and_treats_an_empty_regex_as_none() {
     // librdkafka sends SubscribedTopicRegex "" beside its topic list; Kafka counts only a
     // non-empty regex. Runs against Kafka too (GROUPS_TEST_ADDR).
     let b = Target::start();
@@ -416,6 +416,25 @@ fn kip848_join_treats_an_empty_topic_regex_as_none_and_needs_a_subscription() {
     );
     assert_eq!(no_timeout.error_code, 42, "INVALID_REQUEST");
     assert_eq!(no_timeout.error_message.as_deref(), Some("RebalanceTimeoutMs must be provided in first request."));
+
+    // A regex alone is a subscription, and ConsumerGroupDescribe shows it; a bad one is refused.
+    let mut c = b.connect_ready(&["cg-regex2"]);
+    let rx = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("cg-regex2")))
+        .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_topic_partitions(Some(vec![]))
+        .with_subscribed_topic_names(Some(vec![]));
+    let joined: ConsumerGroupHeartbeatResponse = c.call(&rx.clone().with_subscribed_topic_regex(Some(s("k8.8|none"))), 1);
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    let d = c.call(&ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("cg-regex2"))]), 0);
+    let m = &d.groups[0].members;
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].subscribed_topic_regex.as_deref(), Some("k8.8|none"));
+    let bad: ConsumerGroupHeartbeatResponse = c.call(&rx.with_member_id(s(&uuid::Uuid::new_v4().to_string())).with_subscribed_topic_regex(Some(s("k848("))), 1);
+    assert_eq!(bad.error_code, 128, "INVALID_REGULAR_EXPRESSION");
+    assert!(bad.error_message.as_deref().unwrap_or_default().starts_with("SubscribedTopicRegex `k848(` is not a valid regular expression: "));
 }
 
 #[test]

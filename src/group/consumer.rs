@@ -15,6 +15,12 @@
 //! Pure: no I/O and no clock (every call takes `now_ms`). Topic metadata comes in as
 //! `topic name -> partition count`; the api layer maps names to topic ids.
 //!
+//! A member subscribes to topic names, to a regular expression (`SubscribedTopicRegex`, RE2
+//! syntax as Kafka's RE2/J, matched against the whole topic name), or both. A regex is resolved
+//! against the topics when a member first brings it and again at most every
+//! [`REGEX_REFRESH_MS`] (Kafka's batch refresh interval), so a topic created later joins the
+//! subscription within that time; a change in what it matches rebalances the group.
+//!
 //! # Invariants
 //! - No partition is in two members' `assigned` ∪ `pending_revocation` sets at once: a partition
 //!   is handed out only after its previous owner acknowledged the revocation (or was removed).
@@ -29,8 +35,38 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::ResponseError;
+use regex::{Regex, RegexBuilder};
 
 use super::assignor::{self, Assignment, TopicPartition};
+
+/// How often a subscribed regex is matched against the topics again (Kafka's
+/// `REGEX_BATCH_REFRESH_INTERVAL_MS`).
+pub const REGEX_REFRESH_MS: i64 = 10_000;
+
+/// The most memory one compiled regex may take: a client's pattern cannot make the broker
+/// allocate without bound (the `regex` crate refuses larger programs at compile time).
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// A regex some member subscribes to, and the topics it matched when last resolved.
+#[derive(Debug, Clone)]
+struct ResolvedRegex {
+    regex: Regex,
+    topics: BTreeSet<String>,
+    resolved_at_ms: i64,
+}
+
+/// Compiles a subscription regex so that it must match a whole topic name (RE2/J's `matches()`).
+fn compile_regex(pattern: &str) -> Result<Regex, String> {
+    RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            let text = e.to_string();
+            let last = text.lines().last().unwrap_or_default().trim();
+            last.strip_prefix("error: ").unwrap_or(last).to_string()
+        })
+}
 
 /// A member of a consumer group.
 #[derive(Debug, Clone)]
@@ -41,6 +77,8 @@ pub struct ConsumerMember {
     pub client_id: String,
     pub client_host: String,
     pub subscribed_topics: BTreeSet<String>,
+    /// A non-empty regular expression the member subscribes to besides its topic names.
+    pub subscribed_regex: Option<String>,
     pub server_assignor: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub member_epoch: i32,
@@ -63,6 +101,8 @@ pub struct Heartbeat {
     pub rack_id: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub subscribed_topic_names: Option<Vec<String>>,
+    /// None = unchanged; "" = no regex any more (Kafka counts only a non-empty regex).
+    pub subscribed_topic_regex: Option<String>,
     pub server_assignor: Option<String>,
     /// Partitions the member reports owning; None = unchanged since the last heartbeat.
     pub owned: Option<BTreeSet<TopicPartition>>,
@@ -120,6 +160,8 @@ pub struct ConsumerGroup {
     static_members: BTreeMap<String, String>,
     /// A member joined since the target was computed.
     membership_changed: bool,
+    /// Every regex some member subscribes to, resolved.
+    regexes: BTreeMap<String, ResolvedRegex>,
 }
 
 impl ConsumerGroup {
@@ -139,16 +181,52 @@ impl ConsumerGroup {
         assignor::ASSIGNORS.iter().copied().find(|a| *a == best).unwrap_or("uniform")
     }
 
+    /// The topics a member subscribes to: its names and what its regex matched.
+    pub fn member_topics(&self, m: &ConsumerMember) -> BTreeSet<String> {
+        let mut out = m.subscribed_topics.clone();
+        if let Some(r) = m.subscribed_regex.as_ref().and_then(|r| self.regexes.get(r)) {
+            out.extend(r.topics.iter().cloned());
+        }
+        out
+    }
+
     fn subscribed_counts(&self, topics: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
-        let subscribed: BTreeSet<&String> = self.members.values().flat_map(|m| m.subscribed_topics.iter()).collect();
-        topics.iter().filter(|(t, _)| subscribed.contains(t)).map(|(t, n)| (t.clone(), *n)).collect()
+        let subscribed: BTreeSet<String> = self.members.values().flat_map(|m| self.member_topics(m)).collect();
+        topics.iter().filter(|(t, _)| subscribed.contains(*t)).map(|(t, n)| (t.clone(), *n)).collect()
+    }
+
+    /// Resolves regexes members brought since the last call, and every regex again once
+    /// [`REGEX_REFRESH_MS`] have passed since it was resolved; forgets regexes no member uses.
+    /// A regex whose matches changed marks the group for a rebalance.
+    fn refresh_regexes(&mut self, topics: &BTreeMap<String, i32>, now_ms: i64) {
+        let used: BTreeSet<String> = self.members.values().filter_map(|m| m.subscribed_regex.clone()).collect();
+        self.regexes.retain(|r, _| used.contains(r));
+        for pattern in used {
+            let due = self.regexes.get(&pattern).is_none_or(|r| now_ms - r.resolved_at_ms >= REGEX_REFRESH_MS);
+            if !due {
+                continue;
+            }
+            // Members' regexes were checked when they brought them; one that fails here is skipped.
+            let regex = match self.regexes.get(&pattern) {
+                Some(r) => r.regex.clone(),
+                None => match compile_regex(&pattern) {
+                    Ok(r) => r,
+                    Err(_) => continue,
+                },
+            };
+            let matched: BTreeSet<String> = topics.keys().filter(|t| regex.is_match(t)).cloned().collect();
+            if self.regexes.get(&pattern).is_none_or(|r| r.topics != matched) {
+                self.membership_changed = true;
+            }
+            self.regexes.insert(pattern, ResolvedRegex { regex, topics: matched, resolved_at_ms: now_ms });
+        }
     }
 
     /// Bumps the group epoch and recomputes the target assignment.
     fn rebalance(&mut self, topics: &BTreeMap<String, i32>) {
         self.group_epoch += 1;
         self.partition_counts = self.subscribed_counts(topics);
-        let subs: BTreeMap<String, BTreeSet<String>> = self.members.iter().map(|(id, m)| (id.clone(), m.subscribed_topics.clone())).collect();
+        let subs: BTreeMap<String, BTreeSet<String>> = self.members.iter().map(|(id, m)| (id.clone(), self.member_topics(m))).collect();
         self.target = assignor::assign(self.assignor_name(), &subs, &self.partition_counts, &self.target);
         self.assignment_epoch = self.group_epoch;
     }
@@ -177,6 +255,11 @@ impl ConsumerGroup {
                 return HeartbeatReply::error(ResponseError::UnsupportedAssignor, &format!("ServerAssignor {a} is not supported. Supported assignors: uniform, range."), &req.member_id);
             }
         }
+        if let Some(r) = req.subscribed_topic_regex.as_deref().filter(|r| !r.is_empty() && !self.regexes.contains_key(*r)) {
+            if let Err(e) = compile_regex(r) {
+                return HeartbeatReply::error(ResponseError::InvalidRegularExpression, &format!("SubscribedTopicRegex `{r}` is not a valid regular expression: {e}."), &req.member_id);
+            }
+        }
         match req.member_epoch {
             -1 | -2 => return self.leave(req, topics),
             0 => {
@@ -184,7 +267,7 @@ impl ConsumerGroup {
                 if req.rebalance_timeout_ms == -1 {
                     return HeartbeatReply::error(ResponseError::InvalidRequest, "RebalanceTimeoutMs must be provided in first request.", &req.member_id);
                 }
-                if req.subscribed_topic_names.is_none() {
+                if req.subscribed_topic_names.is_none() && req.subscribed_topic_regex.is_none() {
                     return HeartbeatReply::error(ResponseError::InvalidRequest, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.", &req.member_id);
                 }
                 if let Err(r) = self.admit(&req, limits) {
@@ -211,6 +294,11 @@ impl ConsumerGroup {
                 changed |= subs != m.subscribed_topics;
                 m.subscribed_topics = subs;
             }
+            if let Some(r) = &req.subscribed_topic_regex {
+                let r = (!r.is_empty()).then(|| r.clone());
+                changed |= r != m.subscribed_regex;
+                m.subscribed_regex = r;
+            }
             if req.server_assignor.is_some() && req.server_assignor != m.server_assignor {
                 m.server_assignor = req.server_assignor.clone();
                 changed = true;
@@ -222,6 +310,7 @@ impl ConsumerGroup {
                 m.rack_id = req.rack_id.clone();
             }
         }
+        self.refresh_regexes(topics, now_ms);
         if changed || self.membership_changed || self.subscribed_counts(topics) != self.partition_counts {
             self.membership_changed = false;
             self.rebalance(topics);
@@ -268,6 +357,7 @@ impl ConsumerGroup {
             client_id: req.client_id.clone(),
             client_host: req.client_host.clone(),
             subscribed_topics: base.as_ref().map(|b| b.subscribed_topics.clone()).unwrap_or_default(),
+            subscribed_regex: base.as_ref().and_then(|b| b.subscribed_regex.clone()),
             server_assignor: base.as_ref().and_then(|b| b.server_assignor.clone()),
             rebalance_timeout_ms: req.rebalance_timeout_ms,
             member_epoch: base.as_ref().map_or(0, |b| b.member_epoch.max(0)),

@@ -138,3 +138,65 @@ fn static_member_returning_after_temporary_leave_keeps_its_partitions() {
     let taken = g.heartbeat(Heartbeat { instance_id: Some("ia".into()), ..join("a3") }, &topics(), LIMITS, 4);
     assert_eq!(taken.error, Some(ResponseError::UnreleasedInstanceId));
 }
+
+fn regex_join(id: &str, regex: &str) -> Heartbeat {
+    Heartbeat { subscribed_topic_names: Some(vec![]), subscribed_topic_regex: Some(regex.into()), ..join(id) }
+}
+
+fn names(parts: &BTreeSet<TopicPartition>) -> BTreeSet<String> {
+    parts.iter().map(|(t, _)| t.clone()).collect()
+}
+
+#[test]
+fn a_regex_subscription_gets_the_whole_names_it_matches_and_later_topics_within_the_refresh_interval() {
+    let mut g = ConsumerGroup::new("g");
+    let mut ts = BTreeMap::from([("orders-eu".to_string(), 2), ("orders-us".to_string(), 2), ("xorders-eu".to_string(), 2), ("audit".to_string(), 1)]);
+    let r = g.heartbeat(regex_join("a", "orders-.*"), &ts, LIMITS, 0);
+    assert_eq!(r.error, None, "{:?}", r.error_message);
+    let got = r.assignment.unwrap_or_default();
+    // Whole-name matching, as RE2/J's matches(): "xorders-eu" contains a match but is not one.
+    assert_eq!(names(&got), BTreeSet::from(["orders-eu".to_string(), "orders-us".to_string()]));
+    assert_eq!(got.len(), 4);
+    // A topic created later joins the subscription once the regex is resolved again.
+    ts.insert("orders-asia".to_string(), 1);
+    let early = g.heartbeat(beat("a", r.member_epoch, &got), &ts, LIMITS, REGEX_REFRESH_MS - 1);
+    assert_eq!(early.assignment, None, "not resolved again before the refresh interval");
+    let later = g.heartbeat(beat("a", early.member_epoch, &got), &ts, LIMITS, REGEX_REFRESH_MS);
+    assert!(later.member_epoch > r.member_epoch, "a change in what the regex matches rebalances");
+    assert!(names(&later.assignment.unwrap_or_default()).contains("orders-asia"));
+    let d = g.members.get("a").map(|m| m.subscribed_regex.clone());
+    assert_eq!(d, Some(Some("orders-.*".to_string())));
+}
+
+#[test]
+fn an_empty_regex_is_none_and_an_invalid_one_is_refused_with_kafkas_error() {
+    let mut g = ConsumerGroup::new("g");
+    // librdkafka sends "" beside its topic list.
+    let r = g.heartbeat(Heartbeat { subscribed_topic_regex: Some(String::new()), ..join("a") }, &topics(), LIMITS, 0);
+    assert_eq!(r.error, None);
+    assert_eq!(r.assignment.map(|a| a.len()), Some(6));
+    assert_eq!(g.members["a"].subscribed_regex, None);
+    let bad = g.heartbeat(regex_join("b", "orders-(.*"), &topics(), LIMITS, 0);
+    assert_eq!(bad.error, Some(ResponseError::InvalidRegularExpression));
+    assert!(bad.error_message.unwrap_or_default().starts_with("SubscribedTopicRegex `orders-(.*` is not a valid regular expression: "));
+    assert!(!g.members.contains_key("b"));
+    // A pattern whose compiled program would exceed the size limit is refused, not built.
+    let huge = g.heartbeat(regex_join("h", "((a{100}){100}){100}"), &topics(), LIMITS, 0);
+    assert_eq!(huge.error, Some(ResponseError::InvalidRegularExpression), "{:?}", huge.error_message);
+    assert!(huge.error_message.unwrap_or_default().contains("size limit"));
+    // A regex alone (no names) is a subscription; neither is not.
+    assert_eq!(g.heartbeat(regex_join("c", "t"), &topics(), LIMITS, 0).error, None);
+    let neither = Heartbeat { subscribed_topic_names: None, ..join("d") };
+    assert_eq!(g.heartbeat(neither, &topics(), LIMITS, 0).error, Some(ResponseError::InvalidRequest));
+}
+
+#[test]
+fn a_regex_no_member_uses_any_more_is_forgotten() {
+    let mut g = ConsumerGroup::new("g");
+    let r = g.heartbeat(regex_join("a", "t|u"), &topics(), LIMITS, 0);
+    assert_eq!(g.regexes.len(), 1);
+    // The member switches to a topic list and clears its regex.
+    let switch = Heartbeat { subscribed_topic_names: Some(vec!["t".into()]), subscribed_topic_regex: Some(String::new()), ..beat("a", r.member_epoch, &r.assignment.unwrap_or_default()) };
+    assert_eq!(g.heartbeat(switch, &topics(), LIMITS, 1).error, None);
+    assert!(g.regexes.is_empty());
+}

@@ -322,5 +322,40 @@ def test_librdkafka_consumer_with_the_consumer_group_protocol_reads_everything_a
     assert committed(broker.bootstrap, group, topic, 4) == ends
 
 
+def test_librdkafka_regex_subscription_with_the_consumer_group_protocol_follows_matching_topics(broker):
+    """KIP-848 regex subscription: librdkafka sends the pattern ("^prefix.*") to the broker, which
+    resolves it against the topic names. The consumer reads the matching topics, not the others,
+    and a matching topic created later within the broker's regex refresh (10 s, as Kafka)."""
+    b = broker.bootstrap
+    prefix = unique("rx")
+    t1, t2, other = create_topic(b, prefix + "-a", 2), create_topic(b, prefix + "-b", 2), create_topic(b, unique("rxother"), 2)
+    p = producer(b)
+    for t in (t1, t2, other):
+        produce_all(p, t, make_records(20, 2, prefix=t, value_size=10))
+    c = Consumer({"bootstrap.servers": b, "group.id": unique("g"), "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["^" + prefix + "-.*"])
+    got = {}
+
+    def read_until(n, seconds):
+        deadline = time.time() + seconds
+        while sum(len(v) for v in got.values()) < n and time.time() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.setdefault(m.topic(), set()).add(m.key().decode())
+
+    try:
+        read_until(40, 60)
+        assert sorted(got) == sorted([t1, t2]), "read from %r" % sorted(got)
+        assert all(len(v) == 20 for v in got.values())
+        t3 = create_topic(b, prefix + "-c", 1)
+        produce_all(p, t3, make_records(10, 1, prefix=t3, value_size=10))
+        read_until(50, 60)
+        assert len(got.get(t3, ())) == 10, "the topic created later was read: %r" % {k: len(v) for k, v in got.items()}
+        assert other not in got
+    finally:
+        c.close()
+
+
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
     worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]))

@@ -27,15 +27,6 @@ pub async fn consumer_group_heartbeat(ctx: &RequestContext, req: ConsumerGroupHe
     if let Some(e) = not_ready(ctx) {
         return base.with_error_code(e.code());
     }
-    // An empty regex is no regex (Kafka's own test: `subscribedTopicRegex() != null &&
-    // !isEmpty()`); librdkafka sends "" with every topic-list subscription.
-    if req.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
-        // TODO(regex subscriptions): Kafka resolves RE2J patterns server-side; until sluice
-        // does, subscribe(Pattern) with group.protocol=consumer is refused.
-        return base
-            .with_error_code(ResponseError::InvalidRequest.code())
-            .with_error_message(Some(str_bytes("SubscribedTopicRegex is not supported by this broker yet.")));
-    }
     let owned: Option<BTreeSet<TopicPartition>> = req.topic_partitions.as_ref().map(|tps| {
         tps.iter()
             .filter_map(|tp| ctx.broker.topic_by_id(tp.topic_id).map(|t| (t.name.to_string(), tp.partitions.clone())))
@@ -50,6 +41,7 @@ pub async fn consumer_group_heartbeat(ctx: &RequestContext, req: ConsumerGroupHe
         rack_id: req.rack_id.as_ref().map(|s| s.to_string()),
         rebalance_timeout_ms: req.rebalance_timeout_ms,
         subscribed_topic_names: req.subscribed_topic_names.as_ref().map(|ts| ts.iter().map(|t| t.to_string()).collect()),
+        subscribed_topic_regex: req.subscribed_topic_regex.as_ref().map(|r| r.to_string()),
         server_assignor: req.server_assignor.as_ref().map(|s| s.to_string()),
         owned,
         client_id: ctx.client_id.clone().unwrap_or_default(),
@@ -128,6 +120,7 @@ pub async fn consumer_group_describe(ctx: &RequestContext, req: ConsumerGroupDes
                             .with_client_id(str_bytes(&m.client_id))
                             .with_client_host(str_bytes(&m.client_host))
                             .with_subscribed_topic_names(m.subscribed_topics.iter().map(|t| topic_name(t)).collect())
+                            .with_subscribed_topic_regex(m.subscribed_regex.as_deref().map(str_bytes))
                             .with_assignment(describe_assignment(ctx, &m.assigned))
                             .with_target_assignment(describe_assignment(ctx, &target))
                             .with_member_type(1)
