@@ -208,6 +208,8 @@ fn classic_member_lifecycle_uses_kafkas_error_codes() {
     let g = &described.groups[0];
     assert_eq!((g.group_state.as_str(), g.protocol_data.as_str(), g.members.len()), ("Stable", "range", 1));
     assert_eq!(&g.members[0].member_assignment[..], b"mine");
+    // The member's host as Kafka lists it (kafka-consumer-groups --describe's HOST column).
+    assert_eq!(g.members[0].client_host.as_str(), "/127.0.0.1");
     assert_eq!(described.groups[1].error_code, 69, "GROUP_ID_NOT_FOUND in v6");
 
     let deleted = c.call(&DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s("g1"))]), 2);
@@ -432,6 +434,7 @@ fn kip848_join_needs_names_or_a_regex_and_treats_an_empty_regex_as_none() {
     let m = &d.groups[0].members;
     assert_eq!(m.len(), 1);
     assert_eq!(m[0].subscribed_topic_regex.as_deref(), Some("k8.8|none"));
+    assert_eq!(m[0].client_host.as_str(), "/127.0.0.1");
     let bad: ConsumerGroupHeartbeatResponse = c.call(&rx.with_member_id(s(&uuid::Uuid::new_v4().to_string())).with_subscribed_topic_regex(Some(s("k848("))), 1);
     assert_eq!(bad.error_code, 128, "INVALID_REGULAR_EXPRESSION");
     assert!(bad.error_message.as_deref().unwrap_or_default().starts_with("SubscribedTopicRegex `k848(` is not a valid regular expression: "));

@@ -39,6 +39,16 @@ pub struct RequestContext {
     pub correlation_id: i32,
     pub client_id: Option<String>,
     pub fetch_sessions: Arc<fetch_session::FetchSessionCache>,
+    /// The client's address, for the host group members are listed with.
+    pub peer: std::net::SocketAddr,
+}
+
+impl RequestContext {
+    /// The client's host as Kafka lists group members (`InetAddress.toString()` of an address
+    /// it did not look up: "/127.0.0.1").
+    pub fn client_host(&self) -> String {
+        format!("/{}", self.peer.ip())
+    }
 }
 
 /// What the connection should do after a request.

@@ -284,6 +284,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
             correlation_id: prefix.correlation_id,
             client_id: client_id.clone(),
             fetch_sessions: sessions.clone(),
+            peer,
         };
         let started = Instant::now();
         let dispatched = api::dispatch(ctx, api_key, body).await;

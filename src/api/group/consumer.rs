@@ -45,7 +45,7 @@ pub async fn consumer_group_heartbeat(ctx: &RequestContext, req: ConsumerGroupHe
         server_assignor: req.server_assignor.as_ref().map(|s| s.to_string()),
         owned,
         client_id: ctx.client_id.clone().unwrap_or_default(),
-        client_host: String::new(),
+        client_host: ctx.client_host(),
     };
     let r = ctx.broker.groups().consumer_heartbeat(&ctx.broker, &req.group_id, hb);
     let assignment = r.assignment.map(|parts| {

@@ -49,9 +49,7 @@ pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGrou
         member_id: req.member_id.to_string(),
         instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
         client_id: ctx.client_id.clone().unwrap_or_default(),
-        // TODO(client host): RequestContext does not carry the peer address yet, so
-        // DescribeGroups shows an empty host; it needs a field set by the network layer.
-        client_host: String::new(),
+        client_host: ctx.client_host(),
         session_timeout_ms: req.session_timeout_ms,
         rebalance_timeout_ms,
         protocol_type: req.protocol_type.to_string(),
