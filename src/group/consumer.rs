@@ -55,9 +55,37 @@ struct ResolvedRegex {
     resolved_at_ms: i64,
 }
 
+/// RE2/J's quoted text, `\Q...\E` (to the end when `\E` is missing), which Java's
+/// `Pattern.quote` writes and the regex crate does not read, as escaped literal text; every
+/// other escape is passed through as it is.
+fn expand_quoted(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Q') => {
+                let rest = chars.as_str();
+                let (literal, after) = rest.split_once("\\E").unwrap_or((rest, ""));
+                out.push_str(&regex::escape(literal));
+                chars = after.chars();
+            }
+            Some(n) => {
+                out.push('\\');
+                out.push(n);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
 /// Compiles a subscription regex so that it must match a whole topic name (RE2/J's `matches()`).
 fn compile_regex(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(&format!("^(?:{pattern})$"))
+    RegexBuilder::new(&format!("^(?:{})$", expand_quoted(pattern)))
         .size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build()

@@ -200,3 +200,15 @@ fn a_regex_no_member_uses_any_more_is_forgotten() {
     assert_eq!(g.heartbeat(switch, &topics(), LIMITS, 1).error, None);
     assert!(g.regexes.is_empty());
 }
+
+#[test]
+fn java_quoted_text_in_a_regex_is_matched_literally() {
+    // Pattern.quote("a.b") + "-.*" as a Java client sends it.
+    let re = compile_regex("\\Qa.b\\E-.*").expect("compiles");
+    assert!(re.is_match("a.b-1"));
+    assert!(!re.is_match("axb-1"), "the quoted dot is literal");
+    assert!(compile_regex("\\Qa(b").expect("unterminated quote runs to the end").is_match("a(b"));
+    // An escaped backslash before Q is not a quote.
+    assert!(compile_regex("a\\\\Q").expect("compiles").is_match("a\\Q"));
+    assert_eq!(expand_quoted("x\\d+\\Q.*\\Ey"), "x\\d+\\.\\*y");
+}

@@ -39,6 +39,7 @@ public class Main {
         SCENARIOS.put("produce-assign", Main::produceAssign);
         SCENARIOS.put("compression", Main::compression);
         SCENARIOS.put("subscribe-group", Main::subscribeGroup);
+        SCENARIOS.put("consumer-protocol-pattern", Main::consumerProtocolPattern);
         SCENARIOS.put("admin-topics", Main::adminTopics);
         SCENARIOS.put("admin-configs", Main::adminConfigs);
         SCENARIOS.put("admin-records-offsets", Main::adminRecordsOffsets);
@@ -320,6 +321,40 @@ public class Main {
             admin.deleteConsumerGroups(List.of(group)).all().get(20, TimeUnit.SECONDS);
         }
         return "subscribe + commitSync + committed + listConsumerGroupOffsets + deleteConsumerGroups";
+    }
+
+    /** KIP-848 (group.protocol=consumer) with a SubscriptionPattern, which the broker resolves. */
+    static String consumerProtocolPattern() throws Exception {
+        String prefix = topic("pat");
+        String a = prefix + "-a", b = prefix + "-b", other = prefix + "x-c";
+        String group = "compat-java-pattern-" + RUN;
+        Map<String, List<Sent>> sent = new TreeMap<>();
+        try (Admin admin = admin()) {
+            createTopic(admin, a, 2, null);
+            createTopic(admin, b, 1, null);
+            createTopic(admin, other, 1, null);
+            try (KafkaProducer<String, String> p = producer(Map.of())) {
+                sent.put(a, produceRecords(p, a, 2, 20));
+                sent.put(b, produceRecords(p, b, 1, 10));
+                produceRecords(p, other, 1, 5);
+            }
+            try (KafkaConsumer<String, String> c = consumer(Map.of(ConsumerConfig.GROUP_ID_CONFIG, group, ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer"))) {
+                // The pattern matches whole names: "<prefix>x-c" starts with the prefix but is not "<prefix>-...".
+                c.subscribe(new SubscriptionPattern(java.util.regex.Pattern.quote(prefix) + "-.*"));
+                List<ConsumerRecord<String, String>> got = pollUntil(c, 30, 30000);
+                Map<String, List<ConsumerRecord<String, String>>> byTopic = new TreeMap<>();
+                for (ConsumerRecord<String, String> r : got) byTopic.computeIfAbsent(r.topic(), k -> new ArrayList<>()).add(r);
+                check(byTopic.keySet().equals(sent.keySet()), "read from " + byTopic.keySet());
+                for (String t : sent.keySet()) verify(sent.get(t), byTopic.get(t), t);
+                Set<TopicPartition> want = new HashSet<>(tps(a, 2));
+                want.addAll(tps(b, 1));
+                check(c.assignment().equals(want), "assignment " + c.assignment());
+                c.commitSync(Duration.ofSeconds(15));
+            }
+            Map<TopicPartition, OffsetAndMetadata> offs = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
+            check(offs.size() == 3 && offs.get(new TopicPartition(b, 0)).offset() == 10, "committed " + offs);
+        }
+        return "SubscriptionPattern resolved by the broker: 2 matching topics read (30 records verified), 1 not; commitSync";
     }
 
     static String adminTopics() throws Exception {
