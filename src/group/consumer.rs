@@ -32,6 +32,7 @@
 //! Not persisted yet: after a restart members get UNKNOWN_MEMBER_ID and rejoin with epoch 0
 //! (their committed offsets are persisted like every group's).
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::ResponseError;
@@ -52,7 +53,8 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 struct ResolvedRegex {
     regex: Regex,
     topics: BTreeSet<String>,
-    resolved_at_ms: i64,
+    /// None until first matched against the topics.
+    resolved_at_ms: Option<i64>,
 }
 
 /// RE2/J's quoted text, `\Q...\E` (to the end when `\E` is missing), which Java's
@@ -210,17 +212,28 @@ impl ConsumerGroup {
     }
 
     /// The topics a member subscribes to: its names and what its regex matched.
+    fn member_topic_names<'a>(&'a self, m: &'a ConsumerMember) -> impl Iterator<Item = &'a String> {
+        let matched = m.subscribed_regex.as_ref().and_then(|r| self.regexes.get(r)).into_iter().flat_map(|r| r.topics.iter());
+        m.subscribed_topics.iter().chain(matched)
+    }
+
+    /// The topics a member subscribes to, as a set.
     pub fn member_topics(&self, m: &ConsumerMember) -> BTreeSet<String> {
-        let mut out = m.subscribed_topics.clone();
-        if let Some(r) = m.subscribed_regex.as_ref().and_then(|r| self.regexes.get(r)) {
-            out.extend(r.topics.iter().cloned());
-        }
-        out
+        self.member_topic_names(m).cloned().collect()
     }
 
     fn subscribed_counts(&self, topics: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
-        let subscribed: BTreeSet<String> = self.members.values().flat_map(|m| self.member_topics(m)).collect();
-        topics.iter().filter(|(t, _)| subscribed.contains(*t)).map(|(t, n)| (t.clone(), *n)).collect()
+        let subscribed: BTreeSet<&String> = self.members.values().flat_map(|m| self.member_topic_names(m)).collect();
+        topics.iter().filter(|(t, _)| subscribed.contains(t)).map(|(t, n)| (t.clone(), *n)).collect()
+    }
+
+    /// The entry for `pattern`, compiled on first use (then not yet resolved); a pattern that does
+    /// not compile gets the compiler's reason and no entry.
+    fn regex_entry(&mut self, pattern: &str) -> Result<&mut ResolvedRegex, String> {
+        match self.regexes.entry(pattern.to_string()) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(v) => Ok(v.insert(ResolvedRegex { regex: compile_regex(pattern)?, topics: BTreeSet::new(), resolved_at_ms: None })),
+        }
     }
 
     /// Resolves regexes members brought since the last call, and every regex again once
@@ -230,23 +243,16 @@ impl ConsumerGroup {
         let used: BTreeSet<String> = self.members.values().filter_map(|m| m.subscribed_regex.clone()).collect();
         self.regexes.retain(|r, _| used.contains(r));
         for pattern in used {
-            let due = self.regexes.get(&pattern).is_none_or(|r| now_ms - r.resolved_at_ms >= REGEX_REFRESH_MS);
-            if !due {
+            // Members' regexes were compiled when they brought them; one that fails here is skipped.
+            let Ok(entry) = self.regex_entry(&pattern) else { continue };
+            if entry.resolved_at_ms.is_some_and(|at| now_ms - at < REGEX_REFRESH_MS) {
                 continue;
             }
-            // Members' regexes were checked when they brought them; one that fails here is skipped.
-            let regex = match self.regexes.get(&pattern) {
-                Some(r) => r.regex.clone(),
-                None => match compile_regex(&pattern) {
-                    Ok(r) => r,
-                    Err(_) => continue,
-                },
-            };
-            let matched: BTreeSet<String> = topics.keys().filter(|t| regex.is_match(t)).cloned().collect();
-            if self.regexes.get(&pattern).is_none_or(|r| r.topics != matched) {
-                self.membership_changed = true;
-            }
-            self.regexes.insert(pattern, ResolvedRegex { regex, topics: matched, resolved_at_ms: now_ms });
+            let matched: BTreeSet<String> = topics.keys().filter(|t| entry.regex.is_match(t)).cloned().collect();
+            let changed = entry.resolved_at_ms.is_none() || entry.topics != matched;
+            entry.topics = matched;
+            entry.resolved_at_ms = Some(now_ms);
+            self.membership_changed |= changed;
         }
     }
 
@@ -283,8 +289,8 @@ impl ConsumerGroup {
                 return HeartbeatReply::error(ResponseError::UnsupportedAssignor, &format!("ServerAssignor {a} is not supported. Supported assignors: uniform, range."), &req.member_id);
             }
         }
-        if let Some(r) = req.subscribed_topic_regex.as_deref().filter(|r| !r.is_empty() && !self.regexes.contains_key(*r)) {
-            if let Err(e) = compile_regex(r) {
+        if let Some(r) = req.subscribed_topic_regex.as_deref().filter(|r| !r.is_empty()) {
+            if let Err(e) = self.regex_entry(r) {
                 return HeartbeatReply::error(ResponseError::InvalidRegularExpression, &format!("SubscribedTopicRegex `{r}` is not a valid regular expression: {e}."), &req.member_id);
             }
         }
