@@ -25,6 +25,10 @@ struct ConfigArgs {
     /// Override one property: --override key=value (repeatable; later wins).
     #[arg(long = "override", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Refuse to start when any configuration key would be ignored (unknown keys, and Kafka
+    /// keys sluice does not act on), instead of listing them at startup.
+    #[arg(long)]
+    strict_config: bool,
 }
 
 #[derive(Subcommand)]
@@ -58,7 +62,18 @@ fn load_config(args: &ConfigArgs) -> Result<BrokerConfig, ConfigError> {
             tracing::warn!(key = %key, "unknown configuration key ignored");
         }
     }
-    Ok(loaded?.config)
+    let loaded = loaded?;
+    if !loaded.ignored_keys.is_empty() {
+        if args.strict_config {
+            return Err(ConfigError::Ignored(loaded.ignored_keys));
+        }
+        tracing::info!(
+            count = loaded.ignored_keys.len(),
+            keys = %loaded.ignored_keys.join(", "),
+            "configuration keys ignored (sluice does not act on them; --strict-config refuses them)"
+        );
+    }
+    Ok(loaded.config)
 }
 
 /// `SLUICE_LOG` / `SLUICE_LOG_FORMAT` override `log.level` / `log.format`.

@@ -166,3 +166,204 @@ fn idle_polling_runs_one_sched_idle_spinner_per_cpu_that_sleeps_once_requests_st
         assert!(states.contains('S'), "spinner {tid} should sleep once requests stop, states sampled: {states}");
     }
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Runs `sluice serve` with `settings` (as overrides, on three free ports: two Kafka listeners
+/// and the metrics listener) and expects it to refuse to start: a non-zero exit within 20 s,
+/// with no port ever accepting a connection. Returns stderr.
+fn refused_startup(settings: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, other, metrics) = (free_port(), free_port(), free_port());
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--override".into(),
+        format!("log.dirs={}", dir.path().join("data").display()),
+        "--override".into(),
+        format!("metrics.listener=127.0.0.1:{metrics}"),
+    ];
+    for s in settings {
+        args.push("--override".into());
+        args.push(s.replace("{plain}", &plain.to_string()).replace("{other}", &other.to_string()));
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        for port in [plain, other, metrics] {
+            assert!(
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+                "port {port} accepted a connection with {settings:?}"
+            );
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice kept running with {settings:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+    assert!(!dir.path().join("data").exists(), "log dirs were written before the refusal: {err}");
+    err
+}
+
+#[test]
+fn a_sasl_ssl_listener_is_refused_not_served_as_plaintext() {
+    let listeners = "listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{other}";
+    let err = refused_startup(&[listeners, "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL"]);
+    assert!(err.contains("Refusing configuration listeners=PLAINTEXT://127.0.0.1:"), "{err}");
+    assert!(err.contains("uses security protocol SASL_SSL") && err.contains("only PLAINTEXT"), "{err}");
+}
+
+#[test]
+fn an_ssl_listener_is_refused_also_when_named_otherwise() {
+    let err = refused_startup(&["listeners=PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{other}"]);
+    assert!(err.contains("listeners=") && err.contains("uses security protocol SSL"), "{err}");
+    let err = refused_startup(&[
+        "listeners=PLAINTEXT://127.0.0.1:{plain},EXTERNAL://127.0.0.1:{other}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,EXTERNAL:SSL",
+    ]);
+    assert!(err.contains("listener EXTERNAL://127.0.0.1:") && err.contains("uses security protocol SSL"), "{err}");
+    let err = refused_startup(&["listeners=PLAINTEXT://127.0.0.1:{plain}", "ssl.keystore.location=/etc/kafka/broker.jks"]);
+    assert!(err.contains("ssl.keystore.location=/etc/kafka/broker.jks") && err.contains("TLS"), "{err}");
+}
+
+#[test]
+fn a_sasl_mechanism_is_refused_naming_key_and_value() {
+    let err = refused_startup(&["listeners=PLAINTEXT://127.0.0.1:{plain}", "sasl.enabled.mechanisms=SCRAM-SHA-512"]);
+    assert!(err.contains("Refusing configuration sasl.enabled.mechanisms=SCRAM-SHA-512"), "{err}");
+    assert!(err.contains("does not implement SASL"), "{err}");
+    let err = refused_startup(&[
+        "listeners=PLAINTEXT://127.0.0.1:{plain}",
+        "listener.name.plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required;",
+    ]);
+    assert!(err.contains("listener.name.plaintext.plain.sasl.jaas.config="), "{err}");
+}
+
+#[test]
+fn an_authorizer_is_refused_naming_key_and_value() {
+    let err = refused_startup(&[
+        "listeners=PLAINTEXT://127.0.0.1:{plain}",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    ]);
+    assert!(
+        err.contains("Refusing configuration authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+        "{err}"
+    );
+    assert!(err.contains("no authorizer"), "{err}");
+}
+
+#[test]
+fn a_multi_node_quorum_or_a_single_role_is_refused() {
+    let err = refused_startup(&[
+        "listeners=PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{other}",
+        "controller.listener.names=CONTROLLER",
+        "process.roles=broker,controller",
+        "controller.quorum.voters=1@127.0.0.1:{other},2@127.0.0.1:1,3@127.0.0.1:2",
+    ]);
+    assert!(err.contains("Refusing configuration controller.quorum.voters=1@127.0.0.1:"), "{err}");
+    let err = refused_startup(&["listeners=PLAINTEXT://127.0.0.1:{plain}", "process.roles=broker"]);
+    assert!(err.contains("Refusing configuration process.roles=broker"), "{err}");
+}
+
+/// Kafka 4.x's `config/server.properties` as shipped (single-node KRaft, combined roles), with
+/// only the ports, `log.dirs` and the listeners' bind address (loopback, not every interface)
+/// changed so the test can run beside other brokers. `config::refused`'s unit tests load the
+/// file unchanged.
+fn stock_kraft_properties(dir: &std::path::Path, port: u16, controller_port: u16) -> std::path::PathBuf {
+    let text = format!(
+        "process.roles=broker,controller\n\
+         node.id=1\n\
+         controller.quorum.bootstrap.servers=localhost:{controller_port}\n\
+         listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}\n\
+         inter.broker.listener.name=PLAINTEXT\n\
+         advertised.listeners=PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}\n\
+         controller.listener.names=CONTROLLER\n\
+         listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL\n\
+         num.network.threads=3\n\
+         num.io.threads=8\n\
+         socket.send.buffer.bytes=102400\n\
+         socket.receive.buffer.bytes=102400\n\
+         socket.request.max.bytes=104857600\n\
+         log.dirs={}\n\
+         num.partitions=1\n\
+         num.recovery.threads.per.data.dir=1\n\
+         offsets.topic.replication.factor=1\n\
+         share.coordinator.state.topic.replication.factor=1\n\
+         share.coordinator.state.topic.min.isr=1\n\
+         transaction.state.log.replication.factor=1\n\
+         transaction.state.log.min.isr=1\n\
+         log.retention.hours=168\n\
+         log.segment.bytes=1073741824\n\
+         log.retention.check.interval.ms=300000\n",
+        dir.join("data").display()
+    );
+    let path = dir.join("server.properties");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn kafkas_stock_kraft_config_starts_and_lists_the_keys_it_ignores_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, controller_port) = (free_port(), free_port());
+    let props = stock_kraft_properties(dir.path(), port, controller_port);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config", props.to_str().unwrap(), "--override", "metrics.listener=none"])
+        .env("SLUICE_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains(&format!("listening on PLAINTEXT://127.0.0.1:{port}"))) {
+        match lines.next() {
+            Some(line) => seen.push(line.unwrap()),
+            None => panic!("sluice exited: {seen:#?}"),
+        }
+    }
+    let mut client = common::Client::connect_to(&format!("127.0.0.1:{port}"));
+    assert_eq!(client.call(&ApiVersionsRequest::default(), 3).error_code, 0);
+    let _ = child.kill();
+    let _ = child.wait();
+    let summary: Vec<&String> = seen.iter().filter(|l| l.contains("configuration keys ignored")).collect();
+    assert_eq!(summary.len(), 1, "{seen:#?}");
+    for key in ["num.network.threads", "num.io.threads", "offsets.topic.replication.factor", "inter.broker.listener.name"] {
+        assert_eq!(summary[0].matches(key).count(), 1, "{key} in {}", summary[0]);
+    }
+    for acted_on in ["num.partitions", "log.segment.bytes", "process.roles", "socket.receive.buffer.bytes"] {
+        assert!(!summary[0].contains(&format!("{acted_on},")), "{acted_on} is not ignored: {}", summary[0]);
+    }
+    assert!(!seen.iter().any(|l| l.contains("unknown configuration key")), "{seen:#?}");
+}
+
+#[test]
+fn strict_config_refuses_every_key_that_would_be_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let props = stock_kraft_properties(dir.path(), free_port(), free_port());
+    let out = sluice(&["serve", "--strict-config", "--config", props.to_str().unwrap(), "--override", "no.such.key=1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--strict-config: 10 configuration key(s) would be ignored"), "{err}");
+    for key in ["no.such.key", "num.network.threads", "transaction.state.log.min.isr"] {
+        assert!(err.contains(key), "{key}: {err}");
+    }
+    assert!(!dir.path().join("data").exists(), "{err}");
+    // Without ignored keys, strict mode starts as usual (format: same loading, no server).
+    let data = dir.path().join("plain");
+    let out = sluice(&["format", "--strict-config", "--override", &format!("log.dirs={}", data.display())]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -7,12 +7,18 @@
 //! # Invariants
 //! - Every key sluice acts on is validated at startup; an invalid value stops startup with a
 //!   [`ConfigError`] naming the key, the value and what would be accepted.
-//! - Keys Kafka knows but sluice does not act on (thread counts, ZooKeeper-era settings, ...) are
-//!   accepted silently so that a stock Kafka `server.properties` starts cleanly; truly unknown
-//!   keys are reported back as warnings, never silently dropped.
+//! - Settings whose omission would make the broker less secure or less durable than configured
+//!   (TLS and SASL listeners and keys, an authorizer, a multi-node quorum) stop startup with a
+//!   [`ConfigError::Refused`] naming the key, the value and what sluice supports ([`refused`]);
+//!   they are never ignored.
+//! - Keys Kafka knows but sluice does not act on (thread counts, replication factors of internal
+//!   topics, ...) are accepted so that a stock Kafka `server.properties` starts cleanly; they and
+//!   truly unknown keys are reported back as ignored ([`Loaded::ignored_keys`]), unknown ones also
+//!   as warnings, never silently dropped. `--strict-config` makes any ignored key an error.
 //! - Later sources win: defaults < properties file < overrides, in order given.
 
 pub mod properties;
+pub mod refused;
 pub mod topic;
 
 use std::collections::BTreeMap;
@@ -35,6 +41,12 @@ pub enum ConfigError {
     },
     #[error("malformed override {0:?}: expected key=value")]
     MalformedOverride(String),
+    /// A setting sluice cannot honour and will not ignore (see [`refused`]).
+    #[error("Refusing configuration {key}={value}: {reason}")]
+    Refused { key: String, value: String, reason: String },
+    /// `--strict-config` and keys sluice would ignore.
+    #[error("--strict-config: {} configuration key(s) would be ignored: {}", .0.len(), .0.join(", "))]
+    Ignored(Vec<String>),
 }
 
 /// A listener endpoint parsed from `listeners` / `advertised.listeners`.
@@ -130,6 +142,9 @@ pub const DEFAULT_METRICS_LISTENER: &str = "127.0.0.1:9644";
 pub struct Loaded {
     pub config: BrokerConfig,
     pub unknown_keys: Vec<String>,
+    /// Every key given that sluice does not act on: the unknown ones and the Kafka keys in
+    /// [`IGNORED_KAFKA_KEYS`], sorted.
+    pub ignored_keys: Vec<String>,
 }
 
 /// Broker keys sluice reads directly, with Kafka's default.
@@ -159,39 +174,22 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("log.format", "text"),
 ];
 
-/// Keys from Kafka's broker config that sluice accepts without acting on them (yet).
-const ACCEPTED_KEYS: &[&str] = &[
+/// Keys from Kafka's broker config that sluice reads outside this module, or checks here.
+const READ_ELSEWHERE_KEYS: &[&str] = &[
     "broker.id",
+    // Checked by `refused`: sluice runs one combined node, and refuses anything else.
     "process.roles",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
     "controller.listener.names",
     "listener.security.protocol.map",
-    "inter.broker.listener.name",
-    "num.network.threads",
-    "num.io.threads",
     "socket.receive.buffer.bytes",
-    "num.recovery.threads.per.data.dir",
-    "offsets.topic.replication.factor",
-    "offsets.topic.num.partitions",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr",
-    "share.coordinator.state.topic.replication.factor",
-    "share.coordinator.state.topic.min.isr",
-    "group.initial.rebalance.delay.ms",
-    "log.cleaner.enable",
-    "log.cleaner.threads",
-    "queued.max.requests",
-    "replica.lag.time.max.ms",
-    "unclean.leader.election.enable",
-    "log.flush.scheduler.interval.ms",
-    "log.flush.offset.checkpoint.interval.ms",
-    "auto.leader.rebalance.enable",
-    "connections.max.idle.ms",
     // Read and validated by the group coordinator (`group::config`).
+    "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "group.max.size",
+    "offsets.topic.num.partitions",
     "offsets.retention.minutes",
     "offsets.retention.check.interval.ms",
     "offset.metadata.max.bytes",
@@ -200,7 +198,47 @@ const ACCEPTED_KEYS: &[&str] = &[
     "group.consumer.heartbeat.interval.ms",
     "group.consumer.max.size",
     // Read by the log cleaner task.
+    "log.cleaner.enable",
     "log.cleaner.backoff.ms",
+];
+
+/// Keys from Kafka's broker config that sluice accepts without acting on them: tuning with no
+/// meaning for sluice (thread counts, queue sizes) or for a single node (replication factors and
+/// ISR sizes of internal topics, leader rebalancing). Listed as ignored at startup, and refused
+/// by `--strict-config`.
+pub const IGNORED_KAFKA_KEYS: &[&str] = &[
+    "inter.broker.listener.name",
+    "num.network.threads",
+    "num.io.threads",
+    "num.recovery.threads.per.data.dir",
+    "num.replica.fetchers",
+    "num.replica.alter.log.dirs.threads",
+    "background.threads",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "transaction.state.log.num.partitions",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size",
+    "queued.max.requests",
+    "replica.lag.time.max.ms",
+    "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+    "log.flush.start.offset.checkpoint.interval.ms",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
+    "connections.max.idle.ms",
+    "group.coordinator.rebalance.protocols",
+    "metric.reporters",
+    "metrics.num.samples",
+    "metrics.sample.window.ms",
+    "metrics.recording.level",
+    "zookeeper.connect",
+    "zookeeper.connection.timeout.ms",
+    "zookeeper.session.timeout.ms",
 ];
 
 impl BrokerConfig {
@@ -220,6 +258,7 @@ impl BrokerConfig {
         };
 
         let unknown_keys = unknown_keys(raw.keys().map(String::as_str));
+        let ignored_keys = ignored_keys(raw.keys().map(String::as_str));
 
         let node_id = match raw.get("node.id").or_else(|| raw.get("broker.id")) {
             Some(v) => parse_int::<i32>("node.id", v, 0, i32::MAX)?,
@@ -230,6 +269,7 @@ impl BrokerConfig {
             return Err(invalid("listeners", "", "at least one listener such as PLAINTEXT://localhost:9092"));
         }
         let advertised_listeners = parse_listeners("advertised.listeners", &get("advertised.listeners"))?;
+        refused::check(&raw, &listeners, node_id)?;
         let dirs = {
             let d = get("log.dirs");
             if d.trim().is_empty() { get("log.dir") } else { d }
@@ -321,7 +361,7 @@ impl BrokerConfig {
             log_format,
             raw,
         };
-        Ok(Loaded { config, unknown_keys })
+        Ok(Loaded { config, unknown_keys, ignored_keys })
     }
 
     /// The value of a broker key as configured, or its default when sluice knows one.
@@ -364,11 +404,22 @@ impl BrokerConfig {
 pub fn unknown_keys<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<String> {
     keys.filter(|key| {
         !(BROKER_KEYS.iter().any(|(k, _)| k == key)
-            || ACCEPTED_KEYS.contains(key)
+            || READ_ELSEWHERE_KEYS.contains(key)
+            || IGNORED_KAFKA_KEYS.contains(key)
+            || refused::is_checked_key(key)
             || topic::broker_key_to_topic(key).is_some())
     })
     .map(String::from)
     .collect()
+}
+
+/// The keys sluice does not act on: unknown ones and [`IGNORED_KAFKA_KEYS`], sorted, each once.
+pub fn ignored_keys<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&str> = keys.collect();
+    let mut out = unknown_keys(keys.iter().copied());
+    out.extend(keys.iter().filter(|k| IGNORED_KAFKA_KEYS.contains(k)).map(|k| k.to_string()));
+    out.sort();
+    out
 }
 
 pub(crate) fn invalid(key: &str, value: &str, expected: &str) -> ConfigError {
@@ -519,6 +570,21 @@ mod tests {
     fn unknown_keys_are_reported_and_kafka_keys_are_accepted() {
         let l = load(&[("process.roles", "broker,controller"), ("no.such.key", "1")]).unwrap();
         assert_eq!(l.unknown_keys, vec!["no.such.key".to_string()]);
+    }
+
+    #[test]
+    fn ignored_keys_list_unknown_and_unused_kafka_keys_once_and_not_those_acted_on() {
+        let l = load(&[
+            ("num.io.threads", "8"),
+            ("no.such.key", "1"),
+            ("offsets.topic.replication.factor", "1"),
+            ("process.roles", "broker,controller"),
+            ("num.partitions", "3"),
+            ("group.max.size", "10"),
+            ("log.retention.hours", "1"),
+        ])
+        .unwrap();
+        assert_eq!(l.ignored_keys, vec!["no.such.key", "num.io.threads", "offsets.topic.replication.factor"]);
     }
 
     #[test]

@@ -253,6 +253,7 @@ pub fn log_config(effective: &BTreeMap<String, String>) -> LogConfig {
             .get("message.timestamp.type")
             .map(|v| v.eq_ignore_ascii_case("LogAppendTime"))
             .unwrap_or(false),
+        compacted: effective.get("cleanup.policy").is_some_and(|p| p.split(',').any(|x| x.trim() == "compact")),
     }
 }
 
