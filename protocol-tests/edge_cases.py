@@ -67,11 +67,14 @@ def frame(payload):
     return struct.pack(">i", len(payload)) + payload
 
 
-def batch(n=3, ts=1700000000000, producer_id=-1, producer_epoch=-1, base_sequence=-1):
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
-                                  producer_epoch=producer_epoch, base_sequence=base_sequence, batch_size=1 << 20)
-    for i in range(n):
-        b.append(i, timestamp=ts + i, key=b"k%d" % i, value=b"v%d" % i, headers=[])
+def batch(n=3, ts=1700000000000, producer_id=-1, producer_epoch=-1, base_sequence=-1, keys=None, compression=0):
+    """n records keyed k0..k(n-1), or one record per entry of keys (None: no key)."""
+    keys = keys if keys is not None else [b"k%d" % i for i in range(n)]
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
+                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                  base_sequence=base_sequence, batch_size=1 << 20)
+    for i, key in enumerate(keys):
+        b.append(i, timestamp=ts + i, key=key, value=b"v%d" % i, headers=[])
     return bytes(b.build())
 
 
@@ -101,6 +104,17 @@ def err(path, code):
         for p in path:
             v = v[p]
         return True if v == code else "expected error %d at %s, got %s" % (code, path, v)
+    return check
+
+
+def record_errs(code, indexes):
+    """A Produce partition error with KIP-467 record errors at these batch indexes."""
+    def check(kind, d):
+        first = err(("responses", 0, "partition_responses", 0, "error_code"), code)(kind, d)
+        if first is not True:
+            return first
+        got = [e["batch_index"] for e in d["responses"][0]["partition_responses"][0]["record_errors"]]
+        return True if got == indexes else "expected record errors at %s, got %s" % (indexes, got)
     return check
 
 
@@ -210,6 +224,23 @@ def steps():
         {"name": "edge-pid", "partition_indexes": [0]}, {"name": TOPIC, "partition_indexes": [0, 5]},
         {"name": "edge-no-such-topic", "partition_indexes": [0]}]}),
         "DescribeProducers", err(("topics", 0, "partitions", 0, "active_producers", 0, "last_sequence"), 2))
+    # A compacted topic refuses records without a key: INVALID_RECORD (87) with one record error
+    # per keyless record (KIP-467), also inside a compressed batch; a keyed batch is appended
+    add("compact", 19, 7, 40, create_topic(40, "edge-compact", configs=[("cleanup.policy", "compact")]),
+        "create compacted edge-compact", topic_err(0))
+    add("compact", 0, 9, 41, produce(41, batch(keys=[b"k0", None, b"k2", None]), topic="edge-compact"),
+        "Produce keyless records to a compacted topic", record_errs(87, [1, 3]))
+    add("compact", 0, 9, 42, produce(42, batch(keys=[None, b"k1"], compression=1), topic="edge-compact"),
+        "Produce a gzip batch with a keyless record to a compacted topic", record_errs(87, [0]))
+    add("compact", 0, 9, 43, produce(43, batch(keys=[b"k0", b"k1"]), topic="edge-compact"),
+        "Produce keyed records to a compacted topic", part_err(0, "responses", "partition_responses"))
+    # min.insync.replicas above the replication factor: Kafka 4.x caps it at the replication factor
+    # (KIP-966's effective min ISR), so acks=all to a one-replica topic asking for 2 is appended
+    add("min-isr", 19, 7, 44, create_topic(44, "edge-min-isr", configs=[("min.insync.replicas", "2")]),
+        "create edge-min-isr with min.insync.replicas=2", topic_err(0))
+    add("min-isr", 0, 9, 45, produce(45, batch(), topic="edge-min-isr"),
+        "Produce acks=all, min.insync.replicas above the replication factor",
+        part_err(0, "responses", "partition_responses"))
     add("frame-neg", None, None, None, struct.pack(">i", -5) + header_v2(18, 3, 30), "frame length -5", closed)
     add("frame-big", None, None, None, struct.pack(">i", 200 * 1024 * 1024) + header_v2(18, 3, 31),
         "frame length 200 MiB", closed)

@@ -83,7 +83,7 @@ fn append_error(e: &AppendError) -> (ResponseError, String) {
         AppendError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
         AppendError::UnknownProducerId => ResponseError::UnknownProducerId,
         AppendError::Corrupt(_) => ResponseError::CorruptMessage,
-        AppendError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        AppendError::InvalidRecord(_) | AppendError::RecordErrors { .. } => ResponseError::InvalidRecord,
         AppendError::Log(LogError::Validation(v)) => match v {
             ProduceValidationError::CorruptMessage(_) => ResponseError::CorruptMessage,
             ProduceValidationError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
@@ -162,7 +162,23 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                 match pd.records {
                     None => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
                     Some(r) if r.is_empty() => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
-                    Some(records) => p.append(records, now).map_err(|e| append_error(&e)),
+                    Some(records) => {
+                        let appended = p.append(records, now);
+                        if let Err(AppendError::RecordErrors { records, log_start_offset, .. }) = &appended {
+                            // Kafka answers per-record errors (KIP-467) with the log start offset.
+                            resp = resp.with_log_start_offset(*log_start_offset).with_record_errors(
+                                records
+                                    .iter()
+                                    .map(|(i, m)| {
+                                        BatchIndexAndErrorMessage::default()
+                                            .with_batch_index(*i)
+                                            .with_batch_index_error_message(Some(str_bytes(m)))
+                                    })
+                                    .collect(),
+                            );
+                        }
+                        appended.map_err(|e| append_error(&e))
+                    }
                 }
             } else {
                 Err((ResponseError::UnknownTopicOrPartition, String::new()))

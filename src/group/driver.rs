@@ -343,9 +343,11 @@ impl Parking<'_> {
     }
 }
 
-/// name -> partition count of every non-internal topic (what consumer-group assignors see).
+/// name -> partition count of every topic (what consumer-group assignors see). Internal topics
+/// are included, as Kafka includes them: a member subscribing to `__consumer_offsets` by name,
+/// or with a regex matching it, is assigned its partitions.
 pub fn partition_counts(broker: &Broker) -> BTreeMap<String, i32> {
-    broker.all_topics().iter().filter(|t| !t.internal).map(|t| (t.name.to_string(), t.partitions.len() as i32)).collect()
+    broker.all_topics().iter().map(|t| (t.name.to_string(), t.partitions.len() as i32)).collect()
 }
 
 fn deliver(waiters: &mut HashMap<u64, oneshot::Sender<Reply>>, completions: Vec<Completion>) {

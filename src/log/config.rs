@@ -24,6 +24,9 @@ pub struct LogConfig {
     pub max_message_bytes: usize,
     /// `message.timestamp.type=LogAppendTime`: the broker stamps batches with its clock.
     pub message_timestamp_type_log_append: bool,
+    /// `cleanup.policy` includes `compact`: every produced record must have a key (Kafka refuses
+    /// keyless ones with INVALID_RECORD, since compaction could not place them).
+    pub compacted: bool,
 }
 
 impl Default for LogConfig {
@@ -39,6 +42,7 @@ impl Default for LogConfig {
             flush_acks_all: false,
             max_message_bytes: 1_048_588,
             message_timestamp_type_log_append: false,
+            compacted: false,
         }
     }
 }

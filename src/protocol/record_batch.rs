@@ -617,6 +617,19 @@ pub fn records_section(batch: &[u8]) -> Result<(BatchHeader, std::borrow::Cow<'_
     }
 }
 
+/// The indexes (0-based, within the batch) of the records of ONE batch that have no key,
+/// decompressing it when it is compressed (bounded by [`MAX_DECOMPRESSED_BYTES`]).
+pub fn keyless_record_indexes(batch: &[u8]) -> Result<Vec<i32>, BatchError> {
+    let (header, records) = records_section(batch)?;
+    let mut out = Vec::new();
+    for (i, rec) in RecordIter::from_parts(header, &records).enumerate() {
+        if rec?.key.is_none() {
+            out.push(i as i32);
+        }
+    }
+    Ok(out)
+}
+
 /// Inside ONE batch (decompressed if needed): `(offset, timestamp)` of the first record whose
 /// timestamp is `>= target`, or `None` when no record qualifies.
 pub fn find_offset_for_timestamp(batch: &[u8], target: i64) -> Result<Option<(i64, i64)>, BatchError> {

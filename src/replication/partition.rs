@@ -69,6 +69,9 @@ pub enum AppendError {
     Corrupt(String),
     #[error("{0}")]
     InvalidRecord(String),
+    /// INVALID_RECORD with KIP-467 per-record errors: `(index in the batch, message)`.
+    #[error("{message}")]
+    RecordErrors { message: String, records: Vec<(i32, String)>, log_start_offset: i64 },
 }
 
 struct State {
@@ -92,6 +95,7 @@ pub struct Partition {
     pub appended: Notify,
     /// The topic's `flush.acks.all`, readable without the lock (see [`Partition::sync_to`]).
     flush_acks_all: AtomicBool,
+
     /// The log is known to be on disk below this offset (see [`Partition::sync_to`]).
     synced_offset: AtomicI64,
     /// True while one caller of [`Partition::sync_to`] runs the fsync for all of them.
@@ -178,6 +182,9 @@ impl Partition {
                 headers.len()
             )));
         }
+        if st.log.config().compacted {
+            self.check_keys(&records)?;
+        }
         if let Some(first) = headers.first() {
             match st.producers.check(first) {
                 SequenceCheck::Append => {}
@@ -226,6 +233,31 @@ impl Partition {
             next_offset: leo,
             flush_due: info.flush_due,
         })
+    }
+
+    /// Kafka's check of a compacted topic: every record needs a key. Refused records are
+    /// reported one by one (KIP-467), in Kafka's words.
+    fn check_keys(&self, batch: &[u8]) -> Result<(), AppendError> {
+        let keyless = crate::protocol::record_batch::keyless_record_indexes(batch)
+            .map_err(|e| AppendError::Corrupt(e.to_string()))?;
+        if keyless.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<(i32, String)> = keyless
+            .into_iter()
+            .map(|i| (i, format!("Compacted topic cannot accept message without key in topic partition {}-{}", self.topic, self.index)))
+            .collect();
+        let shown: Vec<String> = records
+            .iter()
+            .take(3)
+            .map(|(i, m)| format!("RecordError(batchIndex={i}, message='{m}')"))
+            .collect();
+        let message = format!(
+            "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+            records.len(),
+            shown.join(", ")
+        );
+        Err(AppendError::RecordErrors { message, records, log_start_offset: self.log_start_offset() })
     }
 
     /// Whether a produce with acks=all waits for [`Partition::sync_to`] (`flush.acks.all`).
