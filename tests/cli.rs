@@ -7,6 +7,15 @@ use kafka_protocol::messages::ApiVersionsRequest;
 
 mod common;
 
+/// Held by the tests that start broker processes: the idle-polling test samples its spinners'
+/// scheduler states, and a spinner (SCHED_IDLE) waiting for a CPU that other tests' brokers keep
+/// busy shows as runnable when it would be asleep on an idle machine.
+static ONE_BROKER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_broker_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_BROKER_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn sluice(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().expect("run sluice")
 }
@@ -78,6 +87,7 @@ fn open_files_limits(pid: u32) -> (String, String) {
 
 #[test]
 fn serve_raises_the_open_files_soft_limit_to_the_hard_limit() {
+    let _serial = one_broker_at_a_time();
     use std::io::BufRead;
     use std::os::unix::process::CommandExt;
     let (_, hard) = open_files_limits(std::process::id());
@@ -148,6 +158,7 @@ fn broker_after_requests(overrides: &[&str]) -> common::Broker {
 
 #[test]
 fn idle_polling_runs_one_sched_idle_spinner_per_cpu_that_sleeps_once_requests_stop() {
+    let _serial = one_broker_at_a_time();
     let off = broker_after_requests(&[]);
     let none = idle_pollers(off.child.id());
     drop(off);
@@ -175,6 +186,7 @@ fn free_port() -> u16 {
 /// and the metrics listener) and expects it to refuse to start: a non-zero exit within 20 s,
 /// with no port ever accepting a connection. Returns stderr.
 fn refused_startup(settings: &[&str]) -> String {
+    let _serial = one_broker_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let (plain, other, metrics) = (free_port(), free_port(), free_port());
     let mut args: Vec<String> = vec![
@@ -317,6 +329,7 @@ fn stock_kraft_properties(dir: &std::path::Path, port: u16, controller_port: u16
 
 #[test]
 fn kafkas_stock_kraft_config_starts_and_lists_the_keys_it_ignores_once() {
+    let _serial = one_broker_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let (port, controller_port) = (free_port(), free_port());
     let props = stock_kraft_properties(dir.path(), port, controller_port);
@@ -352,6 +365,7 @@ fn kafkas_stock_kraft_config_starts_and_lists_the_keys_it_ignores_once() {
 
 #[test]
 fn strict_config_refuses_every_key_that_would_be_ignored() {
+    let _serial = one_broker_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let props = stock_kraft_properties(dir.path(), free_port(), free_port());
     let out = sluice(&["serve", "--strict-config", "--config", props.to_str().unwrap(), "--override", "no.such.key=1"]);
