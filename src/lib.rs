@@ -3,13 +3,14 @@
 //! Layers, dependencies pointing down only (see ARCHITECTURE.md):
 //!
 //! ```text
-//!  main / cli      sluice serve | format | version; config loading
+//!  main / cli      sluice serve | format | metadata-image | version; config loading
 //!  network         listeners, connection tasks, request framing
 //!  api             one handler per Kafka API key: decode -> call the broker -> encode
 //!  group           group coordinator: classic groups, committed offsets, __consumer_offsets
 //!  broker          topics, partitions, producer ids, background retention
 //!  replication     partition state: log + high watermark + leader epoch + producer state
 //!  metadata        cluster id, topic ids and config overrides on disk (single node for now)
+//!  cluster         KRaft metadata records (Kafka's schemas), the metadata image, placement
 //!  log             partition log: segments, indexes, recovery, retention, I/O backends
 //!  protocol        framing + record-batch header view (kafka-protocol for messages)
 //!  config          server.properties keys, defaults and validation
@@ -17,6 +18,7 @@
 //! ```
 pub mod api;
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod group;
 pub mod log;

@@ -1,0 +1,49 @@
+//! The cluster layer: the metadata every node agrees on — which brokers are alive (with their
+//! epochs), which topics exist (with their ids), each partition's replicas, ISR, leader and
+//! epochs, configs, feature levels and producer-id blocks — kept as Kafka keeps it, as a log of
+//! Kafka's own metadata records.
+//!
+//! - [`records`]: the metadata record kinds in Kafka's schemas, byte-compatible with the
+//!   records in a Kafka KRaft cluster's `__cluster_metadata` log.
+//! - [`image`]: the metadata image, the state those records build, replayed record by record
+//!   (a pure core: no I/O, no clock).
+//! - [`placement`]: where a new partition's replicas go, as Kafka places them.
+//!
+//! Not here yet (issue "A sluice cluster"): the Raft quorum that replicates the log between
+//! controllers (openraft behind a trait of ours), broker registration and heartbeats, fencing,
+//! controlled shutdown, and the broker reading its topics and partitions from the image instead
+//! of from its single-node files. Today the broker does not use this layer at run time; the
+//! `sluice metadata-image` command reads a Kafka KRaft metadata log with it.
+//!
+//! # Failure behaviour
+//! A record that cannot be decoded, or that does not apply to the image (a partition of an
+//! unknown topic, a change to an unknown broker), is an error naming its offset and kind: a node
+//! stops rather than skip it, since a skipped record makes its metadata differ from its peers'.
+
+pub mod image;
+pub mod placement;
+pub mod records;
+
+/// Why metadata could not be read or applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Bytes that do not decode as the kind they claim to be.
+    #[error("malformed {kind} at offset {offset}: {reason}")]
+    Malformed { offset: i64, kind: &'static str, reason: String },
+    /// A record kind or version sluice does not read (yet).
+    #[error(
+        "metadata record at offset {offset} is {name} (kind {api_key}) version {version}, which sluice does not read; \
+         stopping rather than skipping it"
+    )]
+    UnknownRecord { offset: i64, api_key: u64, version: u64, name: &'static str },
+    /// A record that contradicts the image built so far.
+    #[error("metadata record at offset {offset} ({kind}) does not apply: {reason}")]
+    Inconsistent { offset: i64, kind: &'static str, reason: String },
+    /// A metadata log file that could not be read.
+    #[error("cannot read metadata log {path}")]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
