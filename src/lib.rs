@@ -10,7 +10,8 @@
 //!  broker          topics, partitions, producer ids, background retention
 //!  replication     partition state: log + high watermark + leader epoch + producer state
 //!  metadata        cluster id, topic ids and config overrides on disk (single node for now)
-//!  cluster         KRaft metadata records (Kafka's schemas), the metadata image, placement
+//!  cluster         KRaft metadata records (Kafka's schemas), the metadata image, placement,
+//!                  the metadata quorum (openraft behind our trait)
 //!  log             partition log: segments, indexes, recovery, retention, I/O backends
 //!  protocol        framing + record-batch header view (kafka-protocol for messages)
 //!  config          server.properties keys, defaults and validation

@@ -24,7 +24,10 @@ use std::path::Path;
 
 use uuid::Uuid;
 
-use super::records::{self, BrokerRegistrationChange, Endpoint, MetadataRecord, PartitionChange, SupportedFeature};
+use super::records::{
+    self, BrokerRegistrationChange, Endpoint, MetadataRecord, PartitionChange, RegisterBroker, RegisterController, SupportedFeature,
+    VersionedRecord,
+};
 use super::ClusterError;
 use crate::metadata::kafka_uuid_string;
 
@@ -358,6 +361,78 @@ pub fn read_kafka_log_dir(
 }
 
 impl MetadataImage {
+    /// Records that rebuild this image from nothing (what a snapshot holds, as Kafka's
+    /// snapshots hold records): features, controllers, brokers, topics with their partitions,
+    /// configs, the producer-id block. Each in the newest version sluice writes.
+    pub fn to_records(&self) -> Vec<VersionedRecord> {
+        let mut out = Vec::new();
+        let mut push = |record: MetadataRecord| {
+            let version = MetadataRecord::max_version(record.api_key()).unwrap_or(0);
+            out.push(VersionedRecord { version, record });
+        };
+        for (name, level) in &self.features {
+            push(MetadataRecord::FeatureLevel { name: name.clone(), feature_level: *level });
+        }
+        for c in self.controllers.values() {
+            push(MetadataRecord::RegisterController(RegisterController {
+                controller_id: c.id,
+                incarnation_id: c.incarnation_id,
+                zk_migration_ready: false,
+                endpoints: c.endpoints.clone(),
+                features: Vec::new(),
+            }));
+        }
+        for b in self.brokers.values() {
+            push(MetadataRecord::RegisterBroker(RegisterBroker {
+                broker_id: b.id,
+                is_migrating_zk_broker: false,
+                incarnation_id: b.incarnation_id,
+                broker_epoch: b.epoch,
+                endpoints: b.endpoints.clone(),
+                features: b.features.clone(),
+                rack: b.rack.clone(),
+                fenced: b.fenced,
+                in_controlled_shutdown: b.in_controlled_shutdown,
+                log_dirs: Vec::new(),
+                cordoned_log_dirs: None,
+            }));
+        }
+        for t in self.topics.values() {
+            push(MetadataRecord::Topic { name: t.name.clone(), topic_id: t.id });
+            for (i, p) in &t.partitions {
+                push(MetadataRecord::Partition(records::Partition {
+                    partition_id: *i,
+                    topic_id: t.id,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    removing_replicas: p.removing_replicas.clone(),
+                    adding_replicas: p.adding_replicas.clone(),
+                    leader: p.leader,
+                    leader_recovery_state: p.leader_recovery_state,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    directories: Vec::new(),
+                    eligible_leader_replicas: Some(p.eligible_leader_replicas.clone()).filter(|v| !v.is_empty()),
+                    last_known_elr: Some(p.last_known_elr.clone()).filter(|v| !v.is_empty()),
+                }));
+            }
+        }
+        for ((resource_type, resource_name), kv) in &self.configs {
+            for (name, value) in kv {
+                push(MetadataRecord::Config {
+                    resource_type: *resource_type,
+                    resource_name: resource_name.clone(),
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                });
+            }
+        }
+        if self.next_producer_id > 0 {
+            push(MetadataRecord::ProducerIds { broker_id: -1, broker_epoch: -1, next_producer_id: self.next_producer_id });
+        }
+        out
+    }
+
     /// The image as JSON, with Kafka's textual ids (`sluice metadata-image`).
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::json;
@@ -431,7 +506,7 @@ fn unknown_topic(offset: i64, record: &MetadataRecord, id: Uuid) -> ClusterError
 
 #[cfg(test)]
 mod tests {
-    use super::super::records::{Partition, RegisterBroker};
+    use super::super::records::Partition;
     use super::*;
 
     fn id(n: u8) -> Uuid {
@@ -455,21 +530,7 @@ mod tests {
     }
 
     fn partition(topic: Uuid, p: i32, replicas: &[i32]) -> MetadataRecord {
-        MetadataRecord::Partition(Partition {
-            partition_id: p,
-            topic_id: topic,
-            replicas: replicas.to_vec(),
-            isr: replicas.to_vec(),
-            removing_replicas: vec![],
-            adding_replicas: vec![],
-            leader: replicas[0],
-            leader_recovery_state: 0,
-            leader_epoch: 0,
-            partition_epoch: 0,
-            directories: vec![],
-            eligible_leader_replicas: None,
-            last_known_elr: None,
-        })
+        MetadataRecord::Partition(Partition::new(topic, p, replicas.to_vec()))
     }
 
     fn replay(records: &[MetadataRecord]) -> Result<MetadataImage, ClusterError> {
@@ -583,6 +644,35 @@ mod tests {
         assert_eq!(image.offset, 5);
         let err = image.apply(5, &MetadataRecord::NoOp).unwrap_err().to_string();
         assert!(err.contains("not after the last applied"), "{err}");
+    }
+
+    #[test]
+    fn the_records_of_an_image_rebuild_the_same_image() {
+        let t = id(6);
+        let mut change = PartitionChange::new(t, 1);
+        change.leader = 2;
+        change.isr = Some(vec![2]);
+        change.eligible_leader_replicas = Some(vec![1]);
+        let image = replay(&[
+            MetadataRecord::FeatureLevel { name: "metadata.version".into(), feature_level: 27 },
+            broker(1, 3),
+            broker(2, 4),
+            MetadataRecord::UnfenceBroker { id: 2, epoch: 4 },
+            MetadataRecord::Topic { name: "a".into(), topic_id: t },
+            partition(t, 0, &[1, 2]),
+            partition(t, 1, &[2, 1]),
+            MetadataRecord::PartitionChange(change),
+            MetadataRecord::Config { resource_type: TOPIC_RESOURCE, resource_name: "a".into(), name: "k".into(), value: Some("v".into()) },
+            MetadataRecord::ProducerIds { broker_id: 1, broker_epoch: 3, next_producer_id: 2000 },
+        ])
+        .unwrap();
+        let mut rebuilt = MetadataImage::default();
+        for (i, r) in image.to_records().iter().enumerate() {
+            let bytes = records::encode(r);
+            rebuilt.apply(i as i64, &records::decode(&bytes, i as i64).unwrap().record).unwrap();
+        }
+        rebuilt.offset = image.offset;
+        assert_eq!(rebuilt, image);
     }
 
     #[test]

@@ -8,11 +8,12 @@
 //! - [`image`]: the metadata image, the state those records build, replayed record by record
 //!   (a pure core: no I/O, no clock).
 //! - [`placement`]: where a new partition's replicas go, as Kafka places them.
+//! - [`quorum`]: [`quorum::MetadataQuorum`], the replicated metadata log as the rest of sluice
+//!   sees it, and [`raft`], that trait on openraft.
 //!
-//! Not here yet (issue "A sluice cluster"): the Raft quorum that replicates the log between
-//! controllers (openraft behind a trait of ours), broker registration and heartbeats, fencing,
-//! controlled shutdown, and the broker reading its topics and partitions from the image instead
-//! of from its single-node files. Today the broker does not use this layer at run time; the
+//! Not here yet (issue "A sluice cluster"): starting the quorum from `serve` on the controller
+//! listener, broker registration and heartbeats, fencing, controlled shutdown, and the broker
+//! reading its topics and partitions from the image instead of from its single-node files. Today the broker does not use this layer at run time; the
 //! `sluice metadata-image` command reads a Kafka KRaft metadata log with it.
 //!
 //! # Failure behaviour
@@ -22,6 +23,8 @@
 
 pub mod image;
 pub mod placement;
+pub mod quorum;
+pub mod raft;
 pub mod records;
 
 /// Why metadata could not be read or applied.

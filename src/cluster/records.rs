@@ -85,6 +85,28 @@ pub struct Partition {
     pub last_known_elr: Option<Vec<i32>>,
 }
 
+impl Partition {
+    /// A new partition as the controller creates it: every replica in sync, the first one
+    /// leading, epochs at 0.
+    pub fn new(topic_id: Uuid, partition_id: i32, replicas: Vec<i32>) -> Partition {
+        Partition {
+            partition_id,
+            topic_id,
+            isr: replicas.clone(),
+            leader: replicas.first().copied().unwrap_or(-1),
+            replicas,
+            removing_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            leader_recovery_state: 0,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            directories: Vec::new(),
+            eligible_leader_replicas: None,
+            last_known_elr: None,
+        }
+    }
+}
+
 /// `PartitionChangeRecord` (5): what changed in a partition; `None` (and `leader == -2`,
 /// `leader_recovery_state == -1`) means unchanged.
 #[derive(Debug, Clone, PartialEq, Eq)]

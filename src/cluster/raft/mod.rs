@@ -1,0 +1,169 @@
+//! [`MetadataQuorum`] on openraft: the only module that sees openraft's types.
+//!
+//! - `log_store`: the Raft log and vote in files, fsynced before openraft is told they are
+//!   durable.
+//! - `state_machine`: committed entries applied to the metadata image; snapshots of the image
+//!   (as Kafka records), after [`QuorumConfig::snapshot_every`] entries, after which openraft
+//!   purges the log below them; a lagging voter is caught up with the snapshot.
+//! - `network`: peer messages over TCP on the controller listener.
+//!
+//! Every voter of the static quorum (`controller.quorum.voters`) initialises the same
+//! membership at first start (openraft accepts identical initialisation on every voter); after
+//! that, membership is what the log says.
+//!
+//! # Failure behaviour
+//! A voter that cannot reach a majority keeps retrying (openraft's election timer and
+//! per-peer backoff) and reports no leader in [`QuorumStatus`]; proposals on it fail with
+//! `NotLeader` rather than wait. A storage error stops the node's Raft (openraft treats it as
+//! fatal); the error is logged with the directory.
+
+mod log_store;
+mod network;
+mod state_machine;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::image::MetadataImage;
+use super::quorum::{MetadataQuorum, QuorumError, QuorumStatus, VoterStatus};
+use super::records::{self, VersionedRecord};
+
+/// One proposal: metadata records in Kafka's encoding, applied together.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MetadataBatch {
+    pub records: Vec<Vec<u8>>,
+}
+
+openraft::declare_raft_types!(
+    /// openraft's types for the metadata quorum.
+    pub TypeConfig:
+        D = MetadataBatch,
+        R = i64,
+);
+
+/// Timing and snapshot settings of the quorum.
+#[derive(Debug, Clone, Copy)]
+pub struct QuorumConfig {
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms: u64,
+    /// Take a snapshot after this many entries since the last one.
+    pub snapshot_every: u64,
+}
+
+impl Default for QuorumConfig {
+    fn default() -> Self {
+        // Kafka's controller.quorum.fetch.timeout.ms is 2 s and election backoff up to 1 s;
+        // these elect within about a second on a local network.
+        QuorumConfig { heartbeat_ms: 100, election_timeout_ms: 1000, snapshot_every: 5000 }
+    }
+}
+
+/// A voter of the metadata quorum.
+pub struct RaftQuorum {
+    node_id: i32,
+    raft: Raft<TypeConfig>,
+    state: state_machine::StateMachine,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl RaftQuorum {
+    /// Starts voter `node_id` of `voters` (id -> `host:port` of their controller listeners),
+    /// serving peers on `listener`, with its log, vote and snapshot in `dir`.
+    pub async fn start(
+        node_id: i32,
+        listener: TcpListener,
+        voters: &BTreeMap<i32, String>,
+        dir: &Path,
+        config: QuorumConfig,
+    ) -> Result<RaftQuorum, QuorumError> {
+        let storage = |source| QuorumError::Storage { path: dir.to_path_buf(), source };
+        let log = log_store::LogStore::open(dir).map_err(storage)?;
+        let state = state_machine::StateMachine::open(dir).map_err(|e| QuorumError::Raft(e.to_string()))?;
+        let raft_config = Config {
+            cluster_name: "sluice-metadata".into(),
+            heartbeat_interval: config.heartbeat_ms,
+            election_timeout_min: config.election_timeout_ms,
+            election_timeout_max: config.election_timeout_ms * 2,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: 0,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| QuorumError::Raft(e.to_string()))?;
+        let raft = Raft::new(node_id as u64, Arc::new(raft_config), network::Network, log, state.clone())
+            .await
+            .map_err(|e| QuorumError::Raft(e.to_string()))?;
+        let server = tokio::spawn(network::serve(node_id as u64, listener, raft.clone()));
+        let members: BTreeMap<u64, BasicNode> =
+            voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
+        match raft.initialize(members).await {
+            Ok(()) => {}
+            // Already initialised (a restart), or a peer's log reached us first.
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+            Err(e) => return Err(QuorumError::Raft(e.to_string())),
+        }
+        Ok(RaftQuorum { node_id, raft, state, server })
+    }
+
+    /// Stops this voter (its peers see it as unreachable).
+    pub async fn shutdown(self) {
+        self.server.abort();
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "metadata quorum shutdown");
+        }
+    }
+}
+
+impl MetadataQuorum for RaftQuorum {
+    async fn propose(&self, records: Vec<VersionedRecord>) -> Result<i64, QuorumError> {
+        let batch = MetadataBatch { records: records.iter().map(records::encode).collect() };
+        // Validation before anything is written: the batch must apply to the image as it is.
+        let mut check = (*self.state.image()).clone();
+        state_machine::apply_batch(&mut check, &batch).map_err(QuorumError::Invalid)?;
+        match self.raft.client_write(batch).await {
+            Ok(resp) => Ok(resp.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(QuorumError::NotLeader { leader: f.leader_id.map(|l| l as i32) })
+            }
+            Err(e) => Err(QuorumError::Raft(e.to_string())),
+        }
+    }
+
+    fn image(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.state.subscribe()
+    }
+
+    fn status(&self) -> QuorumStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let replication = m.replication.clone().unwrap_or_default();
+        let voters = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .map(|id| VoterStatus {
+                id: id as i32,
+                log_end_offset: replication.get(&id).and_then(|l| l.map(|l| l.index + 1)),
+            })
+            .collect();
+        QuorumStatus {
+            node_id: self.node_id,
+            leader: m.current_leader.map(|l| l as i32),
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            applied_index: m.last_applied.map(|l| l.index),
+            voters,
+        }
+    }
+}
+
+// Cursor is named by declare_raft_types!'s default SnapshotData.
+const _: Option<Cursor<Vec<u8>>> = None;

@@ -1,0 +1,198 @@
+//! The metadata quorum's peer messages over TCP (openraft's `RaftNetwork`), on the controller
+//! listener.
+//!
+//! # Wire format
+//! ```text
+//! request:  u32 length | JSON {"to": node id, "rpc": Append | Vote | Snapshot}
+//! response: u32 length | JSON of the handler's Result
+//! ```
+//! One request at a time per connection; a client keeps its connection and reconnects after an
+//! error. A length above [`MAX_FRAME`] closes the connection before anything is allocated for
+//! it, as does a request addressed to another node id (a voter moved to another address must
+//! not be answered by whatever now listens there) or one that does not parse: nothing a peer
+//! sends can crash the node or make it allocate without bound.
+
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::TypeConfig;
+
+/// The largest message accepted from a peer (snapshots are sent in chunks well below it).
+pub const MAX_FRAME: usize = 64 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(serde::Serialize, serde::Deserialize)]
+enum Rpc {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<u64>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Envelope {
+    to: u64,
+    rpc: Rpc,
+}
+
+async fn read_frame(conn: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let len = conn.read_u32().await? as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("frame of {len} bytes is over {MAX_FRAME}")));
+    }
+    let mut buf = vec![0u8; len];
+    conn.read_exact(&mut buf).await?;
+    Ok(buf)
+}
+
+async fn write_frame(conn: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(bytes.len() + 4);
+    buf.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    buf.extend_from_slice(bytes);
+    conn.write_all(&buf).await
+}
+
+/// Serves peers' requests to `raft` on `listener` until the task is dropped. Connection tasks
+/// live in a `JoinSet` owned by this task, so dropping it closes every connection too: a
+/// stopped voter must not keep answering on connections its peers still hold.
+pub async fn serve(node_id: u64, listener: TcpListener, raft: Raft<TypeConfig>) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (conn, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a metadata quorum connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next() => continue,
+        };
+        let raft = raft.clone();
+        connections.spawn(async move {
+            if let Err(e) = serve_connection(node_id, conn, raft).await {
+                if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                    tracing::debug!(%peer, error = %e, "metadata quorum connection closed");
+                }
+            }
+        });
+    }
+}
+
+async fn serve_connection(node_id: u64, mut conn: TcpStream, raft: Raft<TypeConfig>) -> std::io::Result<()> {
+    conn.set_nodelay(true)?;
+    loop {
+        let bytes = read_frame(&mut conn).await?;
+        let envelope: Envelope =
+            serde_json::from_slice(&bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        if envelope.to != node_id {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("request for node {} reached node {node_id}", envelope.to),
+            ));
+        }
+        let reply = match envelope.rpc {
+            Rpc::Append(r) => serde_json::to_vec(&raft.append_entries(r).await),
+            Rpc::Vote(r) => serde_json::to_vec(&raft.vote(r).await),
+            Rpc::Snapshot(r) => serde_json::to_vec(&raft.install_snapshot(r).await),
+        }
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        write_frame(&mut conn, &reply).await?;
+    }
+}
+
+/// Makes a [`PeerClient`] per voter.
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        PeerClient { target, addr: node.addr.clone(), conn: None }
+    }
+}
+
+/// Sends requests to one voter over one connection, made when first needed.
+pub struct PeerClient {
+    target: u64,
+    addr: String,
+    conn: Option<TcpStream>,
+}
+
+impl PeerClient {
+    async fn call<T: DeserializeOwned>(&mut self, rpc: Rpc, ttl: Duration) -> Result<T, std::io::Error> {
+        let request = serde_json::to_vec(&Envelope { to: self.target, rpc })
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let result = tokio::time::timeout(ttl, async {
+            if self.conn.is_none() {
+                let conn = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+                    .await
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+                conn.set_nodelay(true)?;
+                self.conn = Some(conn);
+            }
+            let conn = self.conn.as_mut().expect("connected above");
+            write_frame(conn, &request).await?;
+            let reply = read_frame(conn).await?;
+            serde_json::from_slice::<T>(&reply).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in time")));
+        if result.is_err() {
+            // The reply may still come; a fresh connection never mixes it up with the next one.
+            self.conn = None;
+        }
+        result
+    }
+}
+
+fn rpc_error<E: std::error::Error>(target: u64, e: std::io::Error) -> RPCError<u64, BasicNode, E> {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::TimedOut => {
+            tracing::trace!(target, error = %e, "metadata quorum peer unreachable");
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
+        _ => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let r: Result<AppendEntriesResponse<u64>, RaftError<u64>> =
+            self.call(Rpc::Append(rpc), option.hard_ttl()).await.map_err(|e| rpc_error(self.target, e))?;
+        r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
+        let r: Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>> =
+            self.call(Rpc::Snapshot(rpc), option.hard_ttl()).await.map_err(|e| rpc_error(self.target, e))?;
+        r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let r: Result<VoteResponse<u64>, RaftError<u64>> =
+            self.call(Rpc::Vote(rpc), option.hard_ttl()).await.map_err(|e| rpc_error(self.target, e))?;
+        r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
