@@ -8,6 +8,8 @@
 //! - [`image`]: the metadata image, the state those records build, replayed record by record
 //!   (a pure core: no I/O, no clock).
 //! - [`placement`]: where a new partition's replicas go, as Kafka places them.
+//! - [`controller`]: the active controller's decisions (registration, fencing, controlled
+//!   shutdown, topic creation, preferred leaders) as records to propose; a pure core.
 //! - [`quorum`]: [`quorum::MetadataQuorum`], the replicated metadata log as the rest of sluice
 //!   sees it, and [`raft`], that trait on openraft.
 //!
@@ -21,6 +23,7 @@
 //! unknown topic, a change to an unknown broker), is an error naming its offset and kind: a node
 //! stops rather than skip it, since a skipped record makes its metadata differ from its peers'.
 
+pub mod controller;
 pub mod image;
 pub mod placement;
 pub mod quorum;

@@ -1,0 +1,562 @@
+//! The active controller's decisions, as a pure core: given the metadata image, a request or the
+//! passage of time, which metadata records to propose. No I/O and no clock of its own (the
+//! caller passes `now_ms`), so every rule is tested table-style and can be driven by a seeded
+//! simulation; the driver proposes the records through [`super::quorum::MetadataQuorum`].
+//!
+//! The rules follow Kafka's controller (`ClusterControlManager`, `BrokerHeartbeatManager`,
+//! `ReplicationControlManager`):
+//! - **Registration**: a broker registers with an incarnation id and gets a new broker epoch
+//!   (the offset of its registration record) and starts fenced. A registration for an id whose
+//!   current holder has another incarnation and a live session is refused
+//!   (DUPLICATE_BROKER_REGISTRATION): two processes with the same `node.id`.
+//! - **Heartbeats**: a fenced broker is unfenced once its metadata offset has reached its own
+//!   registration record (it has caught up). A broker that has not heartbeated within
+//!   `broker.session.timeout.ms` is fenced and leaves every ISR it is not the last member of;
+//!   partitions it led elect another leader from the ISR, or have none.
+//! - **Controlled shutdown**: a broker asking to shut down is marked so, gives up every
+//!   leadership it holds (another ISR member leads, leaving it out of the ISR) and is told it may
+//!   stop once it leads nothing.
+//! - **Topics**: CreateTopics is checked (name, existence, counts, replication factor against
+//!   the unfenced brokers, explicit assignments) before any record is made; replicas are placed
+//!   by [`super::placement`].
+//! - **Preferred leaders**: a partition whose first replica is in the ISR, unfenced and not
+//!   shutting down, but not leading, is given back to it (`auto.leader.rebalance.enable`,
+//!   ElectLeaders).
+//!
+//! Eligible leader replicas (KIP-966) are not kept yet: a fenced broker that was the last ISR
+//! member stays in the ISR, leaderless, as in Kafka before KIP-966.
+//!
+//! # Invariants
+//! - Every record list returned applies to the image it was computed from (tested).
+//! - A leader is always an unfenced ISR member not in controlled shutdown, or -1.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::image::{MetadataImage, TOPIC_RESOURCE};
+use super::placement::{self, PlacementBroker, Start};
+use super::records::{
+    BrokerRegistrationChange, Endpoint, MetadataRecord, Partition, PartitionChange, RegisterBroker, SupportedFeature,
+    VersionedRecord,
+};
+
+/// A refusal, with the Kafka error code the client gets and its message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (error code {code})")]
+pub struct Refusal {
+    pub code: i16,
+    pub message: String,
+}
+
+fn refuse(code: i16, message: impl Into<String>) -> Refusal {
+    Refusal { code, message: message.into() }
+}
+
+/// Kafka error codes the controller answers with.
+pub mod codes {
+    pub const INVALID_PARTITIONS: i16 = 37;
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const STALE_BROKER_EPOCH: i16 = 77;
+    pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
+    pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
+}
+
+fn versioned(record: MetadataRecord) -> VersionedRecord {
+    let version = MetadataRecord::max_version(record.api_key()).unwrap_or(0);
+    VersionedRecord { version, record }
+}
+
+/// A broker's registration request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub broker_id: i32,
+    pub incarnation_id: Uuid,
+    pub endpoints: Vec<Endpoint>,
+    pub features: Vec<SupportedFeature>,
+    pub rack: Option<String>,
+}
+
+/// A broker's heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    /// The metadata offset the broker has applied.
+    pub metadata_offset: i64,
+    pub want_shutdown: bool,
+}
+
+/// What a heartbeat is answered with once its records are committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    pub is_fenced: bool,
+    pub in_controlled_shutdown: bool,
+    /// The broker leads nothing any more and may exit.
+    pub should_shut_down: bool,
+}
+
+/// The active controller's volatile state: when each broker last heartbeated. A new active
+/// controller starts with every session fresh (as Kafka's does), so nobody is fenced for the
+/// time the controllers took to fail over.
+#[derive(Debug, Default, Clone)]
+pub struct Controller {
+    pub session_timeout_ms: i64,
+    last_heartbeat_ms: BTreeMap<i32, i64>,
+}
+
+impl Controller {
+    pub fn new(session_timeout_ms: i64) -> Controller {
+        Controller { session_timeout_ms, last_heartbeat_ms: BTreeMap::new() }
+    }
+
+    fn has_live_session(&self, broker: i32, now_ms: i64) -> bool {
+        self.last_heartbeat_ms.get(&broker).is_some_and(|t| now_ms - t < self.session_timeout_ms)
+    }
+
+    /// Records for a broker registration; the new epoch is the registration record's offset.
+    pub fn register(
+        &mut self,
+        image: &MetadataImage,
+        req: &Registration,
+        now_ms: i64,
+    ) -> Result<(Vec<VersionedRecord>, i64), Refusal> {
+        if let Some(existing) = image.brokers.get(&req.broker_id) {
+            if existing.incarnation_id != req.incarnation_id && self.has_live_session(req.broker_id, now_ms) {
+                return Err(refuse(
+                    codes::DUPLICATE_BROKER_REGISTRATION,
+                    format!(
+                        "Another broker is registered with that broker id: broker {} (epoch {}) is alive; a second process \
+                         with node.id={} was refused",
+                        req.broker_id, existing.epoch, req.broker_id
+                    ),
+                ));
+            }
+        }
+        let epoch = image.offset + 1;
+        self.last_heartbeat_ms.insert(req.broker_id, now_ms);
+        let record = MetadataRecord::RegisterBroker(RegisterBroker {
+            broker_id: req.broker_id,
+            is_migrating_zk_broker: false,
+            incarnation_id: req.incarnation_id,
+            broker_epoch: epoch,
+            endpoints: req.endpoints.clone(),
+            features: req.features.clone(),
+            rack: req.rack.clone(),
+            fenced: true,
+            in_controlled_shutdown: false,
+            log_dirs: Vec::new(),
+            cordoned_log_dirs: None,
+        });
+        Ok((vec![versioned(record)], epoch))
+    }
+
+    /// Records for a heartbeat, and the reply as it will stand once they are applied.
+    pub fn heartbeat(
+        &mut self,
+        image: &MetadataImage,
+        hb: &Heartbeat,
+        now_ms: i64,
+    ) -> Result<(Vec<VersionedRecord>, HeartbeatReply), Refusal> {
+        let broker = image.brokers.get(&hb.broker_id).ok_or_else(|| {
+            refuse(codes::BROKER_ID_NOT_REGISTERED, format!("Broker {} is not registered.", hb.broker_id))
+        })?;
+        if broker.epoch != hb.broker_epoch {
+            return Err(refuse(
+                codes::STALE_BROKER_EPOCH,
+                format!("Expected broker epoch {}, but got broker epoch {}", broker.epoch, hb.broker_epoch),
+            ));
+        }
+        self.last_heartbeat_ms.insert(hb.broker_id, now_ms);
+        let mut records = Vec::new();
+        let mut fenced = broker.fenced;
+        let mut shutting_down = broker.in_controlled_shutdown;
+        let mut change =
+            BrokerRegistrationChange { broker_id: hb.broker_id, broker_epoch: broker.epoch, fenced: 0, in_controlled_shutdown: 0, log_dirs: vec![], cordoned_log_dirs: None };
+        if fenced && !hb.want_shutdown && hb.metadata_offset >= broker.epoch {
+            change.fenced = -1;
+            fenced = false;
+        }
+        if hb.want_shutdown && !shutting_down && !fenced {
+            change.in_controlled_shutdown = 1;
+            shutting_down = true;
+        }
+        if change.fenced != 0 || change.in_controlled_shutdown != 0 {
+            records.push(versioned(MetadataRecord::BrokerRegistrationChange(change)));
+        }
+        if shutting_down || (hb.want_shutdown && fenced) {
+            records.extend(move_leaderships_away(image, hb.broker_id, |id| id != hb.broker_id && eligible(image, id)));
+        }
+        // Once these records apply, the broker leads nothing: it may exit.
+        let reply = HeartbeatReply { is_fenced: fenced, in_controlled_shutdown: shutting_down, should_shut_down: hb.want_shutdown };
+        Ok((records, reply))
+    }
+
+    /// Fences every unfenced broker whose session expired; returns the records (empty when none).
+    pub fn expire_sessions(&mut self, image: &MetadataImage, now_ms: i64) -> Vec<VersionedRecord> {
+        let expired: Vec<i32> = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter(|b| self.last_heartbeat_ms.get(&b.id).is_none_or(|t| now_ms - t >= self.session_timeout_ms))
+            .map(|b| b.id)
+            .collect();
+        let mut records = Vec::new();
+        for id in expired {
+            // A new active controller learns of brokers from the image: their sessions start now.
+            if let std::collections::btree_map::Entry::Vacant(v) = self.last_heartbeat_ms.entry(id) {
+                v.insert(now_ms);
+                continue;
+            }
+            tracing::info!(broker = id, "broker session expired; fencing it");
+            let epoch = image.brokers[&id].epoch;
+            records.push(versioned(MetadataRecord::BrokerRegistrationChange(BrokerRegistrationChange {
+                broker_id: id,
+                broker_epoch: epoch,
+                fenced: 1,
+                in_controlled_shutdown: 0,
+                log_dirs: vec![],
+                cordoned_log_dirs: None,
+            })));
+            let others_eligible = |b: i32| b != id && eligible(image, b);
+            records.extend(move_leaderships_away(image, id, others_eligible));
+        }
+        records
+    }
+
+    /// Records for CreateTopics of one topic; `assignments` (partition -> replicas) replaces
+    /// placement when given.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_topic(
+        &self,
+        image: &MetadataImage,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        assignments: &BTreeMap<i32, Vec<i32>>,
+        configs: &BTreeMap<String, String>,
+        start: Start,
+    ) -> Result<Vec<VersionedRecord>, Refusal> {
+        if let Err(why) = crate::metadata::validate_topic_name(name) {
+            return Err(refuse(codes::INVALID_TOPIC_EXCEPTION, why));
+        }
+        if image.topic(name).is_some() {
+            return Err(refuse(codes::TOPIC_ALREADY_EXISTS, format!("Topic '{name}' already exists.")));
+        }
+        let replicas: Vec<Vec<i32>> = if assignments.is_empty() {
+            if partitions <= 0 {
+                return Err(refuse(codes::INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."));
+            }
+            let brokers: Vec<PlacementBroker> = image
+                .brokers
+                .values()
+                .filter(|b| !b.fenced && !b.in_controlled_shutdown)
+                .map(|b| PlacementBroker { id: b.id, rack: b.rack.clone() })
+                .collect();
+            placement::place(&brokers, 0, partitions as usize, replication_factor, start)
+                .map_err(|e| refuse(codes::INVALID_REPLICATION_FACTOR, e.to_string()))?
+        } else {
+            let expected: Vec<i32> = (0..assignments.len() as i32).collect();
+            if assignments.keys().copied().collect::<Vec<_>>() != expected {
+                return Err(refuse(codes::INVALID_REPLICA_ASSIGNMENT, "Partitions must be numbered from 0 without gaps."));
+            }
+            let width = assignments[&0].len();
+            for (p, r) in assignments {
+                let mut distinct = r.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                if r.is_empty() || distinct.len() != r.len() || r.len() != width {
+                    return Err(refuse(
+                        codes::INVALID_REPLICA_ASSIGNMENT,
+                        format!("Partition {p} has an invalid replica assignment {r:?}: replicas must be distinct and as many for every partition."),
+                    ));
+                }
+                if let Some(b) = r.iter().find(|b| !image.brokers.contains_key(b)) {
+                    return Err(refuse(
+                        codes::INVALID_REPLICA_ASSIGNMENT,
+                        format!("The manual partition assignment includes broker {b}, but no such broker is registered."),
+                    ));
+                }
+            }
+            assignments.values().cloned().collect()
+        };
+        let topic_id = crate::metadata::random_kafka_uuid();
+        let mut out = vec![versioned(MetadataRecord::Topic { name: name.to_string(), topic_id })];
+        for (i, r) in replicas.into_iter().enumerate() {
+            // Only live replicas start in the ISR and may lead (an explicit assignment may name
+            // a fenced broker).
+            let mut p = Partition::new(topic_id, i as i32, r.clone());
+            p.isr = r.iter().copied().filter(|b| eligible(image, *b)).collect();
+            p.leader = p.isr.first().copied().unwrap_or(-1);
+            if p.isr.is_empty() {
+                p.isr = r;
+            }
+            out.push(versioned(MetadataRecord::Partition(p)));
+        }
+        for (k, v) in configs {
+            out.push(versioned(MetadataRecord::Config {
+                resource_type: TOPIC_RESOURCE,
+                resource_name: name.to_string(),
+                name: k.clone(),
+                value: Some(v.clone()),
+            }));
+        }
+        Ok(out)
+    }
+
+    /// Records that give each partition back to its preferred (first) replica where it can lead.
+    pub fn elect_preferred_leaders(&self, image: &MetadataImage) -> Vec<VersionedRecord> {
+        let mut out = Vec::new();
+        for topic in image.topics.values() {
+            for (i, p) in &topic.partitions {
+                let Some(&preferred) = p.replicas.first() else { continue };
+                if p.leader != preferred && p.isr.contains(&preferred) && eligible(image, preferred) {
+                    let mut c = PartitionChange::new(topic.id, *i);
+                    c.leader = preferred;
+                    out.push(versioned(MetadataRecord::PartitionChange(c)));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether `broker` may lead or join an ISR: registered, unfenced, not shutting down.
+fn eligible(image: &MetadataImage, broker: i32) -> bool {
+    image.brokers.get(&broker).is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+}
+
+/// For every partition `broker` leads or is in the ISR of: a change that takes it out of the
+/// ISR (unless it is the last member) and, where it leads, hands leadership to the first other
+/// ISR member in replica order that `can_lead`, or to nobody (the partition goes offline rather
+/// than be led by a replica that may lack acknowledged records).
+fn move_leaderships_away(image: &MetadataImage, broker: i32, can_lead: impl Fn(i32) -> bool) -> Vec<VersionedRecord> {
+    let mut out = Vec::new();
+    for topic in image.topics.values() {
+        for (i, p) in &topic.partitions {
+            if !p.isr.contains(&broker) && p.leader != broker {
+                continue;
+            }
+            let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker).collect();
+            let mut c = PartitionChange::new(topic.id, *i);
+            if p.leader == broker {
+                c.leader = p.replicas.iter().copied().find(|r| isr.contains(r) && can_lead(*r)).unwrap_or(-1);
+            }
+            if !isr.is_empty() {
+                c.isr = Some(isr);
+            }
+            if c.leader != -2 || c.isr.is_some() {
+                out.push(versioned(MetadataRecord::PartitionChange(c)));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: i64 = 9000;
+
+    fn apply_all(image: &mut MetadataImage, records: &[VersionedRecord]) {
+        for r in records {
+            let offset = image.offset + 1;
+            image.apply(offset, &r.record).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    fn reg(id: i32, incarnation: u8) -> Registration {
+        Registration {
+            broker_id: id,
+            incarnation_id: Uuid::from_bytes([incarnation; 16]),
+            endpoints: vec![Endpoint { name: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: 9000 + id as u16, security_protocol: 0 }],
+            features: vec![],
+            rack: None,
+        }
+    }
+
+    /// Three registered, caught-up, unfenced brokers at time 0.
+    fn three_brokers() -> (Controller, MetadataImage, BTreeMap<i32, i64>) {
+        let mut c = Controller::new(TIMEOUT);
+        let mut image = MetadataImage::default();
+        let mut epochs = BTreeMap::new();
+        for id in 1..=3 {
+            let (records, epoch) = c.register(&image, &reg(id, id as u8), 0).unwrap();
+            apply_all(&mut image, &records);
+            assert!(image.brokers[&id].fenced, "a new registration starts fenced");
+            epochs.insert(id, epoch);
+        }
+        for id in 1..=3 {
+            let hb = Heartbeat { broker_id: id, broker_epoch: epochs[&id], metadata_offset: image.offset, want_shutdown: false };
+            let (records, reply) = c.heartbeat(&image, &hb, 0).unwrap();
+            apply_all(&mut image, &records);
+            assert!(!reply.is_fenced);
+        }
+        (c, image, epochs)
+    }
+
+    fn with_topic(c: &Controller, image: &mut MetadataImage, name: &str, partitions: i32, rf: i16) {
+        let records =
+            c.create_topic(image, name, partitions, rf, &BTreeMap::new(), &BTreeMap::new(), Start { leader: 0, shift: 0 }).unwrap();
+        apply_all(image, &records);
+    }
+
+    #[test]
+    fn a_broker_is_unfenced_only_once_it_has_caught_up_to_its_registration() {
+        let mut c = Controller::new(TIMEOUT);
+        let mut image = MetadataImage::default();
+        let (records, epoch) = c.register(&image, &reg(1, 1), 0).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(epoch, 0, "the epoch is the registration record's offset");
+        let behind = Heartbeat { broker_id: 1, broker_epoch: epoch, metadata_offset: -1, want_shutdown: false };
+        let (records, reply) = c.heartbeat(&image, &behind, 10).unwrap();
+        assert!(records.is_empty() && reply.is_fenced);
+        let caught_up = Heartbeat { metadata_offset: 0, ..behind };
+        let (records, reply) = c.heartbeat(&image, &caught_up, 20).unwrap();
+        apply_all(&mut image, &records);
+        assert!(!reply.is_fenced && !image.brokers[&1].fenced);
+        let stale = Heartbeat { broker_epoch: 7, ..caught_up };
+        assert_eq!(c.heartbeat(&image, &stale, 30).unwrap_err().code, codes::STALE_BROKER_EPOCH);
+    }
+
+    #[test]
+    fn a_second_process_with_a_live_node_id_is_refused_but_a_restart_after_the_session_is_not() {
+        let (mut c, image, _) = three_brokers();
+        let err = c.register(&image, &reg(2, 99), 1000).unwrap_err();
+        assert_eq!(err.code, codes::DUPLICATE_BROKER_REGISTRATION);
+        assert!(err.message.contains("node.id=2"), "{}", err.message);
+        // The same incarnation registering again (a retry) is fine, and so is a new one once the
+        // old session has expired; either way a new epoch.
+        assert!(c.register(&image, &reg(2, 2), 1000).is_ok());
+        let (_, epoch) = c.register(&image, &reg(2, 99), 1000 + TIMEOUT).unwrap();
+        assert_eq!(epoch, image.offset + 1);
+    }
+
+    #[test]
+    fn a_broker_that_stops_heartbeating_is_fenced_and_loses_its_leaderships() {
+        let (mut c, mut image, epochs) = three_brokers();
+        with_topic(&c, &mut image, "orders", 3, 3);
+        // Brokers 1 and 3 keep heartbeating; 2 goes silent.
+        for id in [1, 3] {
+            let hb = Heartbeat { broker_id: id, broker_epoch: epochs[&id], metadata_offset: image.offset, want_shutdown: false };
+            c.heartbeat(&image, &hb, TIMEOUT).unwrap();
+        }
+        assert!(c.expire_sessions(&image, TIMEOUT - 1).is_empty(), "not yet");
+        let records = c.expire_sessions(&image, TIMEOUT + 1);
+        apply_all(&mut image, &records);
+        assert!(image.brokers[&2].fenced);
+        for (i, p) in &image.topic("orders").unwrap().partitions {
+            assert!(!p.isr.contains(&2), "partition {i}: {p:?}");
+            assert_ne!(p.leader, 2, "partition {i}: {p:?}");
+            assert!(p.isr.contains(&p.leader), "partition {i}: {p:?}");
+        }
+        // It comes back: registers with a new epoch and is unfenced once caught up; the
+        // preferred leader election gives its partitions back once it is in the ISR again.
+        let (records, epoch) = c.register(&image, &reg(2, 42), TIMEOUT + 2).unwrap();
+        apply_all(&mut image, &records);
+        assert!(epoch > epochs[&2]);
+        let hb = Heartbeat { broker_id: 2, broker_epoch: epoch, metadata_offset: image.offset, want_shutdown: false };
+        let (records, _) = c.heartbeat(&image, &hb, TIMEOUT + 3).unwrap();
+        apply_all(&mut image, &records);
+        assert!(!image.brokers[&2].fenced);
+        assert!(c.elect_preferred_leaders(&image).is_empty(), "2 is not in any ISR yet: nothing to elect");
+    }
+
+    #[test]
+    fn the_last_isr_member_fenced_leaves_its_partition_offline_not_elected_unclean() {
+        let (mut c, mut image, epochs) = three_brokers();
+        with_topic(&c, &mut image, "single", 3, 1);
+        let led_by_1: Vec<i32> =
+            image.topic("single").unwrap().partitions.iter().filter(|(_, p)| p.leader == 1).map(|(i, _)| *i).collect();
+        assert_eq!(led_by_1.len(), 1);
+        for id in [2, 3] {
+            let hb = Heartbeat { broker_id: id, broker_epoch: epochs[&id], metadata_offset: image.offset, want_shutdown: false };
+            c.heartbeat(&image, &hb, TIMEOUT).unwrap();
+        }
+        let records = c.expire_sessions(&image, TIMEOUT + 1);
+        apply_all(&mut image, &records);
+        let p = &image.topic("single").unwrap().partitions[&led_by_1[0]];
+        assert_eq!((p.leader, p.isr.clone()), (-1, vec![1]));
+    }
+
+    #[test]
+    fn controlled_shutdown_moves_every_leadership_away_before_the_broker_may_exit() {
+        let (mut c, mut image, epochs) = three_brokers();
+        with_topic(&c, &mut image, "orders", 6, 3);
+        with_topic(&c, &mut image, "single", 3, 1);
+        let hb = Heartbeat { broker_id: 1, broker_epoch: epochs[&1], metadata_offset: image.offset, want_shutdown: true };
+        let (records, reply) = c.heartbeat(&image, &hb, 10).unwrap();
+        apply_all(&mut image, &records);
+        assert!(reply.in_controlled_shutdown && image.brokers[&1].in_controlled_shutdown);
+        for (i, p) in &image.topic("orders").unwrap().partitions {
+            assert_ne!(p.leader, 1, "orders-{i}: {p:?}");
+            assert!(!p.isr.contains(&1) && p.isr.len() == 2, "orders-{i}: {p:?}");
+        }
+        // A replication-factor-1 partition of broker 1 has nobody to move to: it goes offline.
+        let offline = image.topic("single").unwrap().partitions.values().filter(|p| p.leader == -1).count();
+        assert_eq!(offline, 1);
+        assert!(reply.should_shut_down, "it leads nothing any more");
+        // A new topic does not place replicas on a broker that is shutting down.
+        let records = c.create_topic(&image, "later", 4, 2, &BTreeMap::new(), &BTreeMap::new(), Start { leader: 0, shift: 0 }).unwrap();
+        apply_all(&mut image, &records);
+        assert!(image.topic("later").unwrap().partitions.values().all(|p| !p.replicas.contains(&1)));
+    }
+
+    #[test]
+    fn create_topic_refuses_what_kafka_refuses_before_making_any_record() {
+        let (c, mut image, _) = three_brokers();
+        with_topic(&c, &mut image, "orders", 1, 1);
+        let none = BTreeMap::new();
+        let s = Start { leader: 0, shift: 0 };
+        type Case = (&'static str, i32, i16, BTreeMap<i32, Vec<i32>>, i16);
+        let cases: Vec<Case> = vec![
+            ("orders", 1, 1, none.clone(), codes::TOPIC_ALREADY_EXISTS),
+            ("bad/name", 1, 1, none.clone(), codes::INVALID_TOPIC_EXCEPTION),
+            ("t", 0, 1, none.clone(), codes::INVALID_PARTITIONS),
+            ("t", 1, 4, none.clone(), codes::INVALID_REPLICATION_FACTOR),
+            ("t", 1, 0, none.clone(), codes::INVALID_REPLICATION_FACTOR),
+            ("t", 0, 0, BTreeMap::from([(0, vec![1, 1])]), codes::INVALID_REPLICA_ASSIGNMENT),
+            ("t", 0, 0, BTreeMap::from([(0, vec![1, 9])]), codes::INVALID_REPLICA_ASSIGNMENT),
+            ("t", 0, 0, BTreeMap::from([(0, vec![1, 2]), (2, vec![2, 3])]), codes::INVALID_REPLICA_ASSIGNMENT),
+            ("t", 0, 0, BTreeMap::from([(0, vec![1, 2]), (1, vec![3])]), codes::INVALID_REPLICA_ASSIGNMENT),
+        ];
+        for (name, partitions, rf, assignments, code) in cases {
+            let got = c.create_topic(&image, name, partitions, rf, &assignments, &none_configs(), s);
+            assert_eq!(got.map_err(|e| e.code), Err(code), "{name} {partitions} {rf} {assignments:?}");
+        }
+        let err = c.create_topic(&image, "t", 1, 4, &none, &none_configs(), s).unwrap_err();
+        assert!(err.message.contains("only 3 broker(s) are registered"), "{}", err.message);
+        // Explicit assignments are taken as given, configs come along.
+        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+        let records = c.create_topic(&image, "t", 0, 0, &BTreeMap::from([(0, vec![3, 1]), (1, vec![2, 3])]), &configs, s).unwrap();
+        apply_all(&mut image, &records);
+        let t = image.topic("t").unwrap();
+        assert_eq!((t.partitions[&0].replicas.clone(), t.partitions[&0].leader), (vec![3, 1], 3));
+        assert_eq!(image.configs[&(TOPIC_RESOURCE, "t".to_string())]["cleanup.policy"], "compact");
+    }
+
+    fn none_configs() -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    #[test]
+    fn preferred_leaders_are_restored_once_back_in_the_isr() {
+        let (c, mut image, _) = three_brokers();
+        with_topic(&c, &mut image, "orders", 3, 3);
+        let t = image.topic("orders").unwrap().id;
+        // Partition 0 (preferred leader 1) failed over to 2 while 1 stayed in the ISR.
+        let mut change = PartitionChange::new(t, 0);
+        change.leader = 2;
+        apply_all(&mut image, &[versioned(MetadataRecord::PartitionChange(change))]);
+        let records = c.elect_preferred_leaders(&image);
+        assert_eq!(records.len(), 1);
+        apply_all(&mut image, &records);
+        let p = &image.topic("orders").unwrap().partitions[&0];
+        assert_eq!((p.leader, p.leader_epoch), (1, 2));
+        assert!(c.elect_preferred_leaders(&image).is_empty());
+    }
+}
