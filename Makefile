@@ -46,11 +46,12 @@ compat-matrix: release
 	compat/run.sh --target kafka --write-matrix
 	compat/run.sh --target sluice --write-matrix
 
-## Short fuzzing runs of the request and record-batch decoders (needs cargo-fuzz).
+## Short fuzzing runs of the request, record-batch and metadata-record decoders (needs cargo-fuzz).
 FUZZ_SECONDS ?= 30
 fuzz:
 	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run request -- -max_total_time=$(FUZZ_SECONDS)
 	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run record_batch -- -max_total_time=$(FUZZ_SECONDS)
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run metadata_record -- -max_total_time=$(FUZZ_SECONDS)
 
 ## Real Apache Kafka 4.x (from Maven Central jars) on 127.0.0.1:19092, for side-by-side checks.
 KAFKA_REF_DIR ?= .cache/kafka-ref
