@@ -122,7 +122,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::MetadataImage { dir, records: true } => {
-            use sluice::cluster::records;
+            use sluice::cluster::{records, ClusterError};
             let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
                 .with_context(|| format!("listing {}", dir.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -132,6 +132,7 @@ fn main() -> anyhow::Result<()> {
             for path in files {
                 let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
                 let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let mut out = std::io::stdout().lock();
                 records::decode_batches(&bytes, |offset, value, rec| {
                     let line = serde_json::json!({
                         "file": file,
@@ -140,8 +141,8 @@ fn main() -> anyhow::Result<()> {
                         "version": rec.version,
                         "same_bytes": records::encode(&rec) == value,
                     });
-                    println!("{line}");
-                    Ok(())
+                    use std::io::Write;
+                    writeln!(out, "{line}").map_err(|source| ClusterError::Read { path: "<stdout>".into(), source })
                 })
                 .with_context(|| format!("reading {}", path.display()))?;
             }

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Run a real single-node Apache Kafka (KRaft, broker+controller in one JVM)
-# from the jars fetched by fetch.sh, for comparing sluice against it.
+# Run real Apache Kafka (KRaft, broker+controller in one JVM per node) from the jars
+# fetched by fetch.sh, for comparing sluice against it: one node, or several (below).
 #
 #   kafka-ref.sh start  [--port N] [--dir D] [--controller-port M] [--state-dir S] [--override k=v]...
+#                       [--node-id I --voters 1@127.0.0.1:M1,2@127.0.0.1:M2,... --cluster-id C]
+#                       [--no-wait]
+#   kafka-ref.sh wait   [--port N] [--dir D] [--state-dir S]   # until a --no-wait start serves
 #   kafka-ref.sh stop   [--dir D] [--state-dir S]     # SIGTERM, wait, SIGKILL after 60s
 #   kafka-ref.sh kill9  [--dir D] [--state-dir S]     # SIGKILL, wait
 #   kafka-ref.sh status [--dir D] [--state-dir S]     # exit 0 if running
@@ -15,6 +18,10 @@
 # The PLAINTEXT listener is 127.0.0.1:N (default 9092); the controller listens on
 # 127.0.0.1:M (default: a free port). start returns once the broker serves and
 # prints "bootstrap=127.0.0.1:N".
+#
+# A multi-node cluster is one start per node, each with its own D, N and M, the same --voters
+# (every node's id@controller address) and the same --cluster-id, and --no-wait: a node serves
+# only once a majority of the voters runs, so start them all, then wait for each.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -25,10 +32,18 @@ CPORT=""
 DIR="$ROOT/.cache/kafka-ref/data"
 STATE=""
 OVERRIDES=()
+NODE_ID=1
+VOTERS=""
+CLUSTER_ID=""
+WAIT=1
 START_TIMEOUT="${KAFKA_REF_START_TIMEOUT:-90}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --port) PORT="$2"; shift 2 ;;
+    --node-id) NODE_ID="$2"; shift 2 ;;
+    --voters) VOTERS="$2"; shift 2 ;;
+    --cluster-id) CLUSTER_ID="$2"; shift 2 ;;
+    --no-wait) WAIT=0; shift ;;
     --controller-port) CPORT="$2"; shift 2 ;;
     --dir) DIR="$2"; shift 2 ;;
     --state-dir) STATE="$2"; shift 2 ;;
@@ -61,6 +76,31 @@ wait_gone() { # pid timeout_s
   done
 }
 
+wait_serving() { # pid
+  local pid="$1" deadline=$((SECONDS + START_TIMEOUT))
+  while true; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "kafka-ref.sh: Kafka exited during startup; stdout/stderr:" >&2
+      tail -n 40 "$STATE/stdout.log" >&2
+      grep -E "ERROR|FATAL" "$STATE/server.log" | tail -n 20 >&2 || true
+      rm -f "$PIDFILE"
+      exit 1
+    fi
+    if grep -q "Kafka Server started" "$STATE/server.log" 2>/dev/null &&
+       python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$PORT),1).close()" 2>/dev/null; then
+      break
+    fi
+    if (( SECONDS > deadline )); then
+      echo "kafka-ref.sh: Kafka did not start within ${START_TIMEOUT}s" >&2
+      tail -n 40 "$STATE/server.log" >&2
+      kill -9 "$pid" 2>/dev/null || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  echo "bootstrap=127.0.0.1:$PORT"
+}
+
 case "$cmd" in
   start)
     if running; then
@@ -71,8 +111,8 @@ case "$cmd" in
     [[ -n "$CPORT" ]] || CPORT="$(free_port)"
     {
       echo "process.roles=broker,controller"
-      echo "node.id=1"
-      echo "controller.quorum.voters=1@127.0.0.1:$CPORT"
+      echo "node.id=$NODE_ID"
+      echo "controller.quorum.voters=${VOTERS:-$NODE_ID@127.0.0.1:$CPORT}"
       echo "listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT"
       echo "advertised.listeners=PLAINTEXT://127.0.0.1:$PORT"
       echo "controller.listener.names=CONTROLLER"
@@ -93,9 +133,9 @@ case "$cmd" in
     if [[ ! -f "$DIR/meta.properties" ]]; then
       # Kafka's form of a random uuid; like Kafka's Uuid.randomUuid, never one starting with '-'
       # (one in 64 would), which the storage tool would take for a flag.
-      CID="$(python3 -c 'import base64,uuid
+      CID="${CLUSTER_ID:-$(python3 -c 'import base64,uuid
 while (s := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"): pass
-print(s)')"
+print(s)')}"
       if ! "$HERE/run-class.sh" kafka.tools.StorageTool format -t "$CID" -c "$PROPS" >"$STATE/format.log" 2>&1; then
         echo "kafka-ref.sh: storage format failed:" >&2
         cat "$STATE/format.log" >&2
@@ -112,29 +152,11 @@ print(s)')"
       ${KAFKA_OPTS:-} \
       -cp "$LIBS/*" kafka.Kafka "$PROPS" </dev/null >"$STATE/stdout.log" 2>&1 &
     echo $! >"$PIDFILE"
-    pid=$!
-    deadline=$((SECONDS + START_TIMEOUT))
-    while true; do
-      if ! kill -0 "$pid" 2>/dev/null; then
-        echo "kafka-ref.sh: Kafka exited during startup; stdout/stderr:" >&2
-        tail -n 40 "$STATE/stdout.log" >&2
-        grep -E "ERROR|FATAL" "$STATE/server.log" | tail -n 20 >&2 || true
-        rm -f "$PIDFILE"
-        exit 1
-      fi
-      if grep -q "Kafka Server started" "$STATE/server.log" 2>/dev/null &&
-         python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$PORT),1).close()" 2>/dev/null; then
-        break
-      fi
-      if (( SECONDS > deadline )); then
-        echo "kafka-ref.sh: Kafka did not start within ${START_TIMEOUT}s" >&2
-        tail -n 40 "$STATE/server.log" >&2
-        kill -9 "$pid" 2>/dev/null || true
-        exit 1
-      fi
-      sleep 0.2
-    done
-    echo "bootstrap=127.0.0.1:$PORT"
+    if (( WAIT )); then wait_serving "$!"; fi
+    ;;
+  wait)
+    if ! running; then echo "kafka-ref.sh: not running" >&2; exit 1; fi
+    wait_serving "$(cat "$PIDFILE")"
     ;;
   stop)
     if ! running; then echo "kafka-ref.sh: not running"; rm -f "$PIDFILE"; exit 0; fi
@@ -160,7 +182,7 @@ print(s)')"
     if running; then echo "running pid=$(cat "$PIDFILE")"; exit 0; else echo "stopped"; exit 3; fi
     ;;
   *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -304,60 +304,51 @@ impl MetadataImage {
     }
 
     /// Replays a Kafka KRaft metadata log directory (`<metadata.log.dir>/__cluster_metadata-0`):
-    /// the newest snapshot (`<end offset>-<epoch>.checkpoint`) if there is one, then the
-    /// records of the `.log` segments from the snapshot's end offset on.
+    /// the newest snapshot (`<end offset>-<epoch>.checkpoint`, standing for the log below its
+    /// end offset) if there is one, then the records of the `.log` segments from that offset on.
+    /// Kafka's bootstrap snapshot (end offset 0) holds the initial feature levels, which its log
+    /// then writes again from offset 0.
     pub fn replay_kafka_log_dir(dir: &Path) -> Result<MetadataImage, ClusterError> {
-        let mut image = MetadataImage::default();
-        read_kafka_log_dir(dir, |offset, _, rec| image.apply(offset, &rec.record))?;
-        Ok(image)
-    }
-}
-
-/// Calls `each(offset, value bytes, record)` for every record a Kafka KRaft metadata log
-/// directory holds, in log order: those of its newest snapshot (numbered from 0 up), then those
-/// of its segments from the snapshot's end offset on.
-pub fn read_kafka_log_dir(
-    dir: &Path,
-    mut each: impl FnMut(i64, &[u8], records::VersionedRecord) -> Result<(), ClusterError>,
-) -> Result<(), ClusterError> {
-    let read_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ClusterError::Read { path, source }
-    };
-    let mut snapshots = Vec::new();
-    let mut segments = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(read_err(dir))? {
-        let path = entry.map_err(read_err(dir))?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-        if let Some(stem) = name.strip_suffix(".checkpoint") {
-            if let Some(end) = stem.split('-').next().and_then(|o| o.parse::<i64>().ok()) {
-                snapshots.push((end, path.clone()));
-            }
-        } else if let Some(stem) = name.strip_suffix(".log") {
-            if let Ok(base) = stem.parse::<i64>() {
-                segments.push((base, path.clone()));
+        let read_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ClusterError::Read { path, source }
+        };
+        let mut snapshots = Vec::new();
+        let mut segments = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(read_err(dir))? {
+            let path = entry.map_err(read_err(dir))?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+            if let Some(stem) = name.strip_suffix(".checkpoint") {
+                if let Some(end) = stem.split('-').next().and_then(|o| o.parse::<i64>().ok()) {
+                    snapshots.push((end, path.clone()));
+                }
+            } else if let Some(stem) = name.strip_suffix(".log") {
+                if let Ok(base) = stem.parse::<i64>() {
+                    segments.push((base, path.clone()));
+                }
             }
         }
+        snapshots.sort();
+        segments.sort();
+        let mut image = MetadataImage::default();
+        if let Some((end, path)) = snapshots.last() {
+            let bytes = std::fs::read(path).map_err(read_err(path))?;
+            // A snapshot's records are a state, not log positions: numbered here from 0 up.
+            let mut i = 0;
+            records::decode_batches(&bytes, |_, _, rec| {
+                image.apply(i, &rec.record)?;
+                i += 1;
+                Ok(())
+            })?;
+            image.offset = end - 1;
+        }
+        let from = image.offset + 1;
+        for (_, path) in &segments {
+            let bytes = std::fs::read(path).map_err(read_err(path))?;
+            records::decode_batches(&bytes, |offset, _, rec| if offset >= from { image.apply(offset, &rec.record) } else { Ok(()) })?;
+        }
+        Ok(image)
     }
-    snapshots.sort();
-    segments.sort();
-    let mut from = 0;
-    if let Some((end, path)) = snapshots.last() {
-        let bytes = std::fs::read(path).map_err(read_err(path))?;
-        // Snapshot records stand for the log below `end`; they are numbered from 0 up.
-        let mut i = 0;
-        records::decode_batches(&bytes, |_, value, rec| {
-            each(i, value, rec)?;
-            i += 1;
-            Ok(())
-        })?;
-        from = (*end).max(i);
-    }
-    for (_, path) in &segments {
-        let bytes = std::fs::read(path).map_err(read_err(path))?;
-        records::decode_batches(&bytes, |offset, value, rec| if offset >= from { each(offset, value, rec) } else { Ok(()) })?;
-    }
-    Ok(())
 }
 
 impl MetadataImage {

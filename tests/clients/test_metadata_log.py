@@ -1,4 +1,5 @@
-"""sluice reads a real Apache Kafka KRaft metadata log (`__cluster_metadata-0`), record by record.
+"""sluice reads a real Apache Kafka KRaft metadata log (`__cluster_metadata-0`), record by record:
+that of a single node, and those of a three-node cluster that lost a broker.
 
 Kafka 4.4 (compat/kafka/kafka-ref.sh, single node) creates, alters and deletes topics and hands
 out a producer-id block, with a snapshot written after every commit; then it stops and
@@ -9,9 +10,10 @@ sluice broker follow a Kafka cluster's metadata log.
 """
 import json
 import subprocess
+import time
 
 from confluent_kafka import TopicCollection
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from conftest import sluice_bin
 from kafkautil import admin, create_topic, producer, unique
@@ -74,3 +76,63 @@ def test_sluice_replays_kafkas_metadata_log_into_the_topics_ids_and_configs_kafk
         assert kind in kinds, "%s not read: %s" % (kind, sorted(kinds))
     different = [r for r in records if not r["same_bytes"]]
     assert not different, "sluice's encoding differs from Kafka's: %s" % different[:5]
+
+
+def partition_view(a, topic):
+    """{partition: (leader id, sorted ISR ids)} as Kafka's admin API describes the topic, or None
+    when the request failed (a broker just went away)."""
+    try:
+        d = a.describe_topics(TopicCollection([topic]), request_timeout=5)[topic].result(10)
+    except Exception:  # noqa: BLE001 - retried by the caller
+        return None, None
+    return {p.id: (p.leader.id if p.leader else -1, sorted(n.id for n in p.isr)) for p in d.partitions}, d
+
+
+def test_sluice_replays_a_three_node_kafka_clusters_log_through_a_broker_failure(kafka_cluster):
+    """A real 3-node Kafka cluster creates a replication-factor-3 topic, loses broker 3 to kill -9
+    and fences it after its session times out (leaders and ISRs move to brokers 1 and 2). The
+    metadata logs of the two survivors, replayed by sluice, hold exactly the leaders and ISRs
+    Kafka's admin API reported, broker 3 fenced, and records that re-encode to Kafka's bytes."""
+    c = kafka_cluster(3, overrides={"offsets.topic.replication.factor": "3"})
+    a = admin(c.bootstrap)
+    topic = unique("md-rf3")
+    a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(60)
+    deadline = time.time() + 60
+    while True:
+        before, _ = partition_view(a, topic)
+        if before and len(before) == 3 and all(len(isr) == 3 for _, isr in before.values()):
+            break
+        assert time.time() < deadline, "the topic never had three in-sync replicas"
+        time.sleep(0.5)
+    _, described = partition_view(a, topic)
+    topic_id = str(described.topic_id).replace("+", "-").replace("/", "_")
+    c.kill9(3)
+    # Fenced after broker.session.timeout.ms (9 s): out of every ISR, leading nothing. Asked of
+    # broker 1 alone (Metadata), so the client never waits on the dead one.
+    survivor = admin("127.0.0.1:%d" % c.ports[1])
+    deadline = time.time() + 60
+    while True:
+        md = survivor.list_topics(topic=topic, timeout=10).topics[topic]
+        after = {i: (p.leader, sorted(p.isrs)) for i, p in md.partitions.items()}
+        if all(3 not in isr and leader in (1, 2) for leader, isr in after.values()):
+            break
+        assert time.time() < deadline, "Kafka never fenced broker 3: %r" % after
+        time.sleep(0.5)
+    c.kill9(1)
+    c.kill9(2)
+
+    for node in (1, 2):
+        meta_dir = c.data_dir(node) / "__cluster_metadata-0"
+        image = json.loads(sluice_metadata(str(meta_dir)))
+        [t] = [t for t in image["topics"] if t["name"] == topic]
+        assert t["id"] == topic_id
+        got = {p["partition"]: (p["leader"], sorted(p["isr"])) for p in t["partitions"]}
+        assert got == after, "node %d: sluice's image %r, Kafka's admin API %r" % (node, got, after)
+        assert all(sorted(p["replicas"]) == [1, 2, 3] for p in t["partitions"])
+        fenced = {b["id"]: b["fenced"] for b in image["brokers"]}
+        assert fenced == {1: False, 2: False, 3: True}, "node %d: %r" % (node, fenced)
+        assert [ctl["id"] for ctl in image["controllers"]] == [1, 2, 3]
+        records = [json.loads(line) for line in sluice_metadata("--records", str(meta_dir)).splitlines()]
+        assert "BrokerRegistrationChangeRecord" in {r["kind"] for r in records} or \
+            "FenceBrokerRecord" in {r["kind"] for r in records}
+        assert all(r["same_bytes"] for r in records), [r for r in records if not r["same_bytes"]][:5]
