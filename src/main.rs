@@ -91,6 +91,8 @@ fn load_config(args: &ConfigArgs) -> Result<BrokerConfig, ConfigError> {
 fn init_logging(config: Option<&BrokerConfig>) {
     use tracing_subscriber::EnvFilter;
     let level = config.map(|c| c.log_level.as_str()).unwrap_or("info");
+    // openraft logs every vote and append at INFO; only its warnings unless asked for by name.
+    let level = if level.contains("openraft") { level.to_string() } else { format!("{level},openraft=warn") };
     let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new(level));
     let json = match std::env::var("SLUICE_LOG_FORMAT") {
         Ok(v) => v == "json",
@@ -157,7 +159,10 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => {
             let config = load_config(&args)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("sluice").build()?;
-            runtime.block_on(serve(config))
+            match config.roles {
+                config::Roles::Combined => runtime.block_on(serve(config)),
+                config::Roles::Controller => runtime.block_on(serve_controller(config)),
+            }
         }
     }
 }
@@ -211,6 +216,35 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A dedicated controller (`process.roles=controller`): a voter of the metadata quorum and
+/// `/healthz` on `metrics.listener`, until SIGTERM.
+async fn serve_controller(config: BrokerConfig) -> anyhow::Result<()> {
+    let cluster_id = tokio::task::block_in_place(|| sluice::metadata::load_or_format(&config.log_dirs, config.node_id))
+        .context("reading the log dirs' meta.properties")?;
+    let node = Arc::new(sluice::cluster::node::ControllerNode::start(&config).await.context("starting the metadata quorum voter")?);
+    let metrics_server = match &config.metrics_listener {
+        Some(l) => {
+            let listener = sluice::metrics::http::bind(&l.addr).await.with_context(|| format!("cannot listen on metrics.listener={}", l.addr))?;
+            let health_node = node.clone();
+            let source = sluice::metrics::http::Source::Controller { health: Arc::new(move || health_node.health()) };
+            Some(tokio::spawn(sluice::metrics::http::serve(listener, source)))
+        }
+        None => None,
+    };
+    tracing::info!(%cluster_id, node_id = config.node_id, voters = ?config.quorum_voters, "sluice controller serving");
+    shutdown_signal().await;
+    if let Some(m) = metrics_server {
+        m.abort();
+        let _ = m.await; // drops its handle on the node
+    }
+    match Arc::try_unwrap(node) {
+        Ok(node) => node.shutdown().await,
+        Err(_) => tracing::warn!("controller still in use at shutdown"),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
 /// Binds `metrics.listener` and spawns the `/metrics` server. A taken default port only warns
 /// (several brokers on one host); an explicitly configured one must bind.
 async fn serve_metrics(
@@ -219,7 +253,10 @@ async fn serve_metrics(
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     let Some(listener) = broker.config.metrics_listener.clone() else { return Ok(None) };
     match sluice::metrics::http::bind(&listener.addr).await {
-        Ok(l) => Ok(Some(tokio::spawn(sluice::metrics::http::serve(l, broker.clone(), handle)))),
+        Ok(l) => {
+            let source = sluice::metrics::http::Source::Broker { broker: broker.clone(), handle };
+            Ok(Some(tokio::spawn(sluice::metrics::http::serve(l, source))))
+        }
         Err(e) if !listener.explicit => {
             tracing::warn!(
                 addr = %listener.addr,

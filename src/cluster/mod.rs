@@ -12,9 +12,12 @@
 //!   shutdown, topic creation, preferred leaders) as records to propose; a pure core.
 //! - [`quorum`]: [`quorum::MetadataQuorum`], the replicated metadata log as the rest of sluice
 //!   sees it, and [`raft`], that trait on openraft.
+//! - [`node`]: a dedicated controller process (`process.roles=controller`), a voter of the
+//!   quorum serving no data.
 //!
-//! Not here yet (issue "A sluice cluster"): starting the quorum from `serve` on the controller
-//! listener, broker registration and heartbeats, fencing, controlled shutdown, and the broker
+//! Not here yet (issue "A sluice cluster"): brokers registering with and heartbeating to the
+//! controllers over the Kafka protocol (and the controller APIs such as DescribeQuorum), the
+//! controller driver that proposes [`controller`]'s decisions, forwarding, and the broker
 //! reading its topics and partitions from the image instead of from its single-node files. Today the broker does not use this layer at run time; the
 //! `sluice metadata-image` command reads a Kafka KRaft metadata log with it.
 //!
@@ -25,6 +28,7 @@
 
 pub mod controller;
 pub mod image;
+pub mod node;
 pub mod placement;
 pub mod quorum;
 pub mod raft;

@@ -65,4 +65,7 @@ pub trait MetadataQuorum: Send + Sync {
     /// The image as of the last record applied on this node, updated as records apply.
     fn image(&self) -> watch::Receiver<Arc<MetadataImage>>;
     fn status(&self) -> QuorumStatus;
+    /// Returns once this node has confirmed it leads (heard from a majority) and its image holds
+    /// every record committed before: what a leader waits for before deciding from its image.
+    fn leader_caught_up(&self) -> impl Future<Output = Result<(), QuorumError>> + Send;
 }

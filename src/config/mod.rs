@@ -66,10 +66,26 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
+/// What this process runs (`process.roles`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Roles {
+    /// Broker and controller in one process, a one-voter quorum of itself (the default).
+    Combined,
+    /// A voter of the metadata quorum only: it serves no clients' data.
+    Controller,
+}
+
 /// The validated broker configuration.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub node_id: i32,
+    pub roles: Roles,
+    /// `controller.quorum.voters`: node id -> `host:port` of its controller listener.
+    pub quorum_voters: BTreeMap<i32, String>,
+    /// `controller.listener.names`.
+    pub controller_listener_names: Vec<String>,
+    /// `metadata.log.dir`, else the first of `log.dirs`: where the quorum keeps its files.
+    pub metadata_log_dir: PathBuf,
     pub listeners: Vec<Endpoint>,
     /// Empty means "advertise what we bound".
     pub advertised_listeners: Vec<Endpoint>,
@@ -183,6 +199,7 @@ const READ_ELSEWHERE_KEYS: &[&str] = &[
     "controller.quorum.bootstrap.servers",
     "controller.listener.names",
     "listener.security.protocol.map",
+    "metadata.log.dir",
     "socket.receive.buffer.bytes",
     // Read and validated by the group coordinator (`group::config`).
     "group.initial.rebalance.delay.ms",
@@ -299,8 +316,20 @@ impl BrokerConfig {
             other => return Err(invalid("log.format", other, "text or json")),
         };
 
+        let roles = match raw.get("process.roles").map(|r| refused::list(r)) {
+            Some(r) if r == ["controller"] => Roles::Controller,
+            _ => Roles::Combined,
+        };
         let config = BrokerConfig {
             node_id,
+            roles,
+            quorum_voters: refused::parse_voters(raw.get("controller.quorum.voters").map(String::as_str).unwrap_or(""))?,
+            controller_listener_names: refused::list(raw.get("controller.listener.names").map(String::as_str).unwrap_or("")),
+            metadata_log_dir: raw
+                .get("metadata.log.dir")
+                .filter(|d| !d.trim().is_empty())
+                .map(|d| PathBuf::from(d.trim()))
+                .unwrap_or_else(|| log_dirs[0].clone()),
             listeners,
             advertised_listeners,
             log_dirs,

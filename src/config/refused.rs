@@ -9,9 +9,12 @@
 //! - the keys in [`REFUSED`] (TLS, SASL and authorizer settings), refused when set to a
 //!   non-empty value (an empty value is Kafka's "unset");
 //! - the KRaft role and quorum settings (`process.roles`, `controller.quorum.voters`,
-//!   `controller.quorum.bootstrap.servers`, `node.id`): sluice runs one node that is both broker
-//!   and controller of a one-voter quorum, so a config naming other voters or a single role is
-//!   refused rather than started as a lone node that believes it is part of a cluster.
+//!   `controller.quorum.bootstrap.servers`, `node.id`): a node with the broker role runs as one
+//!   node that is both broker and controller of a one-voter quorum, so a broker config naming
+//!   other voters, or the broker role alone, is refused rather than started as a lone broker
+//!   that believes it is part of a cluster. A dedicated controller (`process.roles=controller`)
+//!   serves no data and may be one voter of many: its own entry in `controller.quorum.voters`
+//!   must be the port of its controller listener.
 //!
 //! Each refusal is a [`ConfigError::Refused`] naming the key, the value, and what sluice
 //! supports today. When a later feature implements one of these settings, it removes its row
@@ -138,7 +141,7 @@ fn local_hostname() -> Option<String> {
     Some(name.trim().to_string()).filter(|n| !n.is_empty())
 }
 
-fn list(value: &str) -> Vec<String> {
+pub(super) fn list(value: &str) -> Vec<String> {
     value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
 }
 
@@ -175,6 +178,22 @@ fn security_protocol_map(
     Ok(map)
 }
 
+/// Parses `controller.quorum.voters` (`id@host:port,...`) into id -> `host:port`.
+pub(super) fn parse_voters(value: &str) -> Result<BTreeMap<i32, String>, ConfigError> {
+    let expected = "a list of id@host:port";
+    let mut voters = BTreeMap::new();
+    for v in list(value) {
+        let (id, addr) = v.split_once('@').ok_or_else(|| invalid("controller.quorum.voters", value, expected))?;
+        let id: i32 = parse_int("controller.quorum.voters", id, 0, i32::MAX)
+            .map_err(|_| invalid("controller.quorum.voters", value, expected))?;
+        let port_ok = addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+        if !port_ok || voters.insert(id, addr.to_string()).is_some() {
+            return Err(invalid("controller.quorum.voters", value, "a list of id@host:port with distinct ids"));
+        }
+    }
+    Ok(voters)
+}
+
 /// sluice runs a one-voter quorum of itself, broker and controller in one process. Kafka's
 /// stock single-node KRaft settings describe exactly that; anything else describes a cluster
 /// sluice cannot join yet.
@@ -191,34 +210,45 @@ fn check_roles(
     }
     const CLUSTER: &str = "sluice runs as a single node (broker and controller in one process, a quorum \
                            of itself) until clustering is implemented";
+    let mut controller_only = false;
     if let Some(value) = raw.get("process.roles") {
         let roles = list(value);
         if roles.is_empty() || roles.iter().any(|r| r != "broker" && r != "controller") {
             return Err(invalid("process.roles", value, "a list of broker and/or controller"));
         }
-        if !(roles.iter().any(|r| r == "broker") && roles.iter().any(|r| r == "controller")) {
+        controller_only = roles.iter().all(|r| r == "controller");
+        if !roles.iter().any(|r| r == "controller") {
             return Err(refused("process.roles", value, format!("{CLUSTER}; use process.roles=broker,controller")));
         }
     }
     if let Some(value) = raw.get("controller.quorum.voters").filter(|v| !v.trim().is_empty()) {
-        let expected = "a list of id@host:port";
-        let mut voters = Vec::new();
-        for v in list(value) {
-            let (id, addr) = v.split_once('@').ok_or_else(|| invalid("controller.quorum.voters", value, expected))?;
-            let id: i32 = parse_int("controller.quorum.voters", id, 0, i32::MAX)
-                .map_err(|_| invalid("controller.quorum.voters", value, expected))?;
-            if !addr.contains(':') {
-                return Err(invalid("controller.quorum.voters", value, expected));
+        let voters = parse_voters(value)?;
+        if controller_only {
+            // A dedicated controller: a voter of a quorum of controllers, serving no data.
+            let Some(own) = voters.get(&node_id) else {
+                return Err(invalid("controller.quorum.voters", value, &format!("a list that includes this node ({node_id}@host:port)")));
+            };
+            let own_port = own.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+            let listening = listeners.iter().any(|l| controller_names.contains(&l.name) && Some(l.port) == own_port);
+            if !listening {
+                return Err(invalid(
+                    "controller.quorum.voters",
+                    value,
+                    &format!("this node's entry ({node_id}@{own}) to be the port of a listener named in controller.listener.names"),
+                ));
             }
-            voters.push(id);
-        }
-        if voters != [node_id] {
+        } else if voters.keys().copied().collect::<Vec<_>>() != [node_id] {
             return Err(refused(
                 "controller.quorum.voters",
                 value,
-                format!("{CLUSTER}; the only voter may be this node ({node_id}@host:port)"),
+                format!(
+                    "{CLUSTER}; the only voter may be this node ({node_id}@host:port), or run it as a dedicated \
+                     controller (process.roles=controller)"
+                ),
             ));
         }
+    } else if controller_only {
+        return Err(invalid("process.roles", "controller", "controller.quorum.voters listing the quorum's voters, this node among them"));
     }
     if let Some(value) = raw.get("controller.quorum.bootstrap.servers").filter(|v| !v.trim().is_empty()) {
         // Kafka's stock single-node config bootstraps from its own controller listener.
@@ -356,11 +386,36 @@ mod tests {
     }
 
     #[test]
+    fn a_dedicated_controller_may_be_one_voter_of_many_on_its_controller_listener() {
+        let voters = ("controller.quorum.voters", "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095");
+        let base = [
+            ("process.roles", "controller"),
+            ("node.id", "2"),
+            voters,
+            ("listeners", "CONTROLLER://127.0.0.1:9094"),
+            ("controller.listener.names", "CONTROLLER"),
+        ];
+        let c = load(&base).unwrap().config;
+        assert_eq!(c.roles, super::super::Roles::Controller);
+        assert_eq!(c.quorum_voters.len(), 3);
+        let mut wrong_port = base;
+        wrong_port[3] = ("listeners", "CONTROLLER://127.0.0.1:9999");
+        let err = refusal(&wrong_port);
+        assert!(err.contains("this node's entry (2@127.0.0.1:9094)"), "{err}");
+        let mut not_a_voter = base;
+        not_a_voter[1] = ("node.id", "4");
+        assert!(refusal(&not_a_voter).contains("includes this node (4@"));
+        let mut duplicate = base;
+        duplicate[2] = ("controller.quorum.voters", "1@127.0.0.1:9093,1@127.0.0.1:9094");
+        assert!(refusal(&duplicate).contains("distinct ids"));
+    }
+
+    #[test]
     fn roles_and_quorums_other_than_one_combined_node_are_refused() {
         let err = refusal(&[("process.roles", "broker")]);
         assert!(err.contains("process.roles") && err.contains("single node"), "{err}");
         let err = refusal(&[("process.roles", "controller")]);
-        assert!(err.contains("process.roles"), "{err}");
+        assert!(err.contains("process.roles") && err.contains("controller.quorum.voters"), "{err}");
         let err = refusal(&[("process.roles", "broker,observer")]);
         assert!(err.contains("process.roles") && err.contains("broker and/or controller"), "{err}");
         let voters = "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095";

@@ -5,7 +5,9 @@
 //! [`MAX_CONNECTIONS`] scrapes at once (more are closed at once). Prometheus and curl need nothing
 //! more, and it keeps an HTTP framework out of the broker.
 //!
-//! Routes: `/metrics` (Prometheus text format 0.0.4), `/healthz` (`ok`), anything else 404.
+//! Routes: `/metrics` (Prometheus text format 0.0.4), `/healthz` (`ok`), anything else 404. A
+//! dedicated controller (`process.roles=controller`) answers `/healthz` with its quorum status
+//! as JSON: 200 while it knows a leader, 503 while it does not.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,10 +37,17 @@ pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
     Ok(listener)
 }
 
+/// What the endpoint reports on.
+#[derive(Clone)]
+pub enum Source {
+    Broker { broker: Arc<Broker>, handle: Option<PrometheusHandle> },
+    /// A dedicated controller: `/healthz` is `health()`: (healthy, JSON body).
+    Controller { health: Arc<dyn Fn() -> (bool, String) + Send + Sync> },
+}
+
 /// Serves until the task is aborted.
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>, handle: Option<PrometheusHandle>) {
+pub async fn serve(listener: TcpListener, source: Source) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let handle = Arc::new(handle);
     let mut backoff = Duration::from_millis(10);
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -57,10 +66,9 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, handle: Option<Pr
             tracing::warn!(%peer, limit = MAX_CONNECTIONS, "too many concurrent metrics scrapes; closing");
             continue;
         };
-        let broker = broker.clone();
-        let handle = handle.clone();
+        let source = source.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_one(stream, peer, broker, handle).await {
+            if let Err(e) = serve_one(stream, peer, source).await {
                 tracing::debug!(%peer, error = %e, "metrics connection failed");
             }
             drop(permit);
@@ -93,12 +101,7 @@ fn parse_request_line(head: &str) -> Request<'_> {
     }
 }
 
-async fn serve_one(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    broker: Arc<Broker>,
-    handle: Arc<Option<PrometheusHandle>>,
-) -> std::io::Result<()> {
+async fn serve_one(mut stream: TcpStream, peer: SocketAddr, source: Source) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let read = tokio::time::timeout(READ_TIMEOUT, async {
         let mut chunk = [0u8; 1024];
@@ -128,15 +131,20 @@ async fn serve_one(
     let (status, content_type, body, head_only) = match (complete, parse_request_line(&head)) {
         (false, _) | (_, Request::Malformed) => ("400 Bad Request", "text/plain", "bad request\n".to_string(), false),
         (_, Request::BadMethod) => ("405 Method Not Allowed", "text/plain", "only GET and HEAD\n".to_string(), false),
-        (_, Request::Get { path, head_only }) => match path {
-            "/metrics" => {
-                let b = broker.clone();
-                let text = tokio::task::spawn_blocking(move || super::render(&b, handle.as_ref().as_ref()))
+        (_, Request::Get { path, head_only }) => match (path, &source) {
+            ("/healthz", Source::Controller { health }) => {
+                let (healthy, body) = health();
+                let status = if healthy { "200 OK" } else { "503 Service Unavailable" };
+                (status, "application/json", body + "\n", head_only)
+            }
+            ("/metrics", Source::Broker { broker, handle }) => {
+                let (b, handle) = (broker.clone(), handle.clone());
+                let text = tokio::task::spawn_blocking(move || super::render(&b, handle.as_ref()))
                     .await
                     .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
                 ("200 OK", "text/plain; version=0.0.4; charset=utf-8", text, head_only)
             }
-            "/healthz" => ("200 OK", "text/plain", "ok\n".to_string(), head_only),
+            ("/healthz", Source::Broker { .. }) => ("200 OK", "text/plain", "ok\n".to_string(), head_only),
             _ => ("404 Not Found", "text/plain", "not found; try /metrics\n".to_string(), head_only),
         },
     };

@@ -28,7 +28,7 @@ use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -132,6 +132,16 @@ impl MetadataQuorum for RaftQuorum {
         match self.raft.client_write(batch).await {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(QuorumError::NotLeader { leader: f.leader_id.map(|l| l as i32) })
+            }
+            Err(e) => Err(QuorumError::Raft(e.to_string())),
+        }
+    }
+
+    async fn leader_caught_up(&self) -> Result<(), QuorumError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
                 Err(QuorumError::NotLeader { leader: f.leader_id.map(|l| l as i32) })
             }
             Err(e) => Err(QuorumError::Raft(e.to_string())),

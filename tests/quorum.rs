@@ -1,0 +1,205 @@
+//! The metadata quorum as real processes: three dedicated controllers (`sluice serve` with
+//! `process.roles=controller`) on 127.0.0.1, stopped with real signals. Each reports its quorum
+//! status as JSON on `/healthz` (503 while it knows no leader).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Controllers {
+    dir: tempfile::TempDir,
+    quorum_ports: BTreeMap<i32, u16>,
+    health_ports: BTreeMap<i32, u16>,
+    running: BTreeMap<i32, Child>,
+}
+
+impl Controllers {
+    fn new(n: i32) -> Controllers {
+        Controllers {
+            dir: tempfile::tempdir().unwrap(),
+            quorum_ports: (1..=n).map(|i| (i, free_port())).collect(),
+            health_ports: (1..=n).map(|i| (i, free_port())).collect(),
+            running: BTreeMap::new(),
+        }
+    }
+
+    fn voters(&self) -> String {
+        self.quorum_ports.iter().map(|(i, p)| format!("{i}@127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    fn data(&self, id: i32) -> PathBuf {
+        self.dir.path().join(format!("node{id}"))
+    }
+
+    fn start(&mut self, id: i32) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["serve", "--override", "process.roles=controller", "--override", &format!("node.id={id}")])
+            .args(["--override", &format!("controller.quorum.voters={}", self.voters())])
+            .args(["--override", &format!("listeners=CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id])])
+            .args(["--override", "controller.listener.names=CONTROLLER"])
+            .args(["--override", &format!("log.dirs={}", self.data(id).display())])
+            .args(["--override", &format!("metrics.listener=127.0.0.1:{}", self.health_ports[&id])])
+            .env("SLUICE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait for the health endpoint, then keep draining stderr.
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        loop {
+            let line = lines.next().expect("the controller exited while starting").unwrap();
+            if line.contains("sluice metrics listening on") {
+                break;
+            }
+        }
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+        self.running.insert(id, child);
+    }
+
+    fn kill9(&mut self, id: i32) {
+        let mut child = self.running.remove(&id).expect("running");
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    fn sigterm(&mut self, id: i32) -> std::process::ExitStatus {
+        let mut child = self.running.remove(&id).expect("running");
+        send_sigterm(child.id());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "controller {id} ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// (HTTP status, JSON) of a controller's `/healthz`.
+    fn health(&self, id: i32) -> Option<(u16, serde_json::Value)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.health_ports[&id])).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let status = text.split(' ').nth(1)?.parse().ok()?;
+        let body = text.split("\r\n\r\n").nth(1)?;
+        Some((status, serde_json::from_str(body.trim()).ok()?))
+    }
+
+    /// The leader every running controller reports, once they agree and are healthy.
+    fn agreed_leader(&self, within: Duration) -> (i32, BTreeMap<i32, serde_json::Value>) {
+        let deadline = Instant::now() + within;
+        loop {
+            let seen: BTreeMap<i32, Option<(u16, serde_json::Value)>> =
+                self.running.keys().map(|id| (*id, self.health(*id))).collect();
+            let leaders: Vec<Option<i64>> =
+                seen.values().map(|h| h.as_ref().filter(|(s, _)| *s == 200).and_then(|(_, j)| j["leader"].as_i64())).collect();
+            if let Some(Some(l)) = leaders.first() {
+                if leaders.iter().all(|x| *x == Some(*l)) && self.running.contains_key(&(*l as i32)) {
+                    return (*l as i32, seen.into_iter().map(|(id, h)| (id, h.unwrap().1)).collect());
+                }
+            }
+            assert!(Instant::now() < deadline, "no agreed leader within {within:?}: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        for child in self.running.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// SIGTERM through kill(1) (std only sends SIGKILL).
+fn send_sigterm(pid: u32) {
+    let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn three_controllers_elect_a_leader_fail_over_and_survive_kill_9_of_a_minority_and_of_all() {
+    let mut c = Controllers::new(3);
+    for id in 1..=3 {
+        c.start(id);
+    }
+    let (first, health) = c.agreed_leader(Duration::from_secs(30));
+    // The first leader writes the bootstrap records; every voter applies them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut health = health;
+    while health.values().any(|h| h["features"]["metadata.version"].as_i64() != Some(33)) {
+        assert!(Instant::now() < deadline, "bootstrap records not applied everywhere: {health:?}");
+        std::thread::sleep(Duration::from_millis(50));
+        health = c.agreed_leader(Duration::from_secs(5)).1;
+    }
+
+    // The active controller dies: the other two elect one of themselves.
+    let killed_at = Instant::now();
+    c.kill9(first);
+    let (second, _) = c.agreed_leader(Duration::from_secs(15));
+    assert_ne!(second, first);
+    eprintln!("new leader {second} after {:?}", killed_at.elapsed());
+    c.start(first);
+    c.agreed_leader(Duration::from_secs(15));
+
+    // A follower (a minority) dies: the leader stays.
+    let follower = (1..=3).find(|id| *id != second).unwrap();
+    c.kill9(follower);
+    let (still, _) = c.agreed_leader(Duration::from_secs(15));
+    assert_eq!(still, second);
+    c.start(follower);
+    let (_, before) = c.agreed_leader(Duration::from_secs(15));
+    let offset_before = before.values().map(|h| h["metadata_offset"].as_i64().unwrap()).max().unwrap();
+    let controllers_before = before[&second]["controllers"].clone();
+
+    // Every voter dies at once and comes back: the same metadata, from their files.
+    for id in 1..=3 {
+        c.kill9(id);
+    }
+    for id in 1..=3 {
+        c.start(id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut after = c.agreed_leader(Duration::from_secs(30)).1;
+    while after.values().any(|h| h["metadata_offset"].as_i64().unwrap() < offset_before) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        after = c.agreed_leader(Duration::from_secs(5)).1;
+    }
+    for (id, h) in &after {
+        assert_eq!(h["features"]["metadata.version"].as_i64(), Some(33), "node {id}: {h}");
+        assert!(h["metadata_offset"].as_i64().unwrap() >= offset_before, "node {id} lost records: {h} vs {offset_before}");
+        for ctl in controllers_before.as_array().unwrap() {
+            assert!(h["controllers"].as_array().unwrap().contains(ctl), "node {id} lost controller {ctl}: {h}");
+        }
+    }
+
+    // SIGTERM stops each cleanly.
+    for id in 1..=3 {
+        assert!(c.sigterm(id).success());
+    }
+}
+
+#[test]
+fn a_controller_that_cannot_reach_a_majority_reports_no_leader_and_keeps_trying() {
+    let mut c = Controllers::new(3);
+    c.start(1);
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, h) = c.health(1).expect("/healthz answers");
+    assert_eq!(status, 503, "{h}");
+    assert!(h["leader"].is_null(), "{h}");
+    // Once a majority runs, it joins the quorum.
+    c.start(2);
+    let (leader, _) = c.agreed_leader(Duration::from_secs(30));
+    assert!(leader == 1 || leader == 2);
+}
