@@ -617,17 +617,21 @@ pub fn records_section(batch: &[u8]) -> Result<(BatchHeader, std::borrow::Cow<'_
     }
 }
 
-/// The indexes (0-based, within the batch) of the records of ONE batch that have no key,
-/// decompressing it when it is compressed (bounded by [`MAX_DECOMPRESSED_BYTES`]).
-pub fn keyless_record_indexes(batch: &[u8]) -> Result<Vec<i32>, BatchError> {
+/// How many records of ONE batch have no key, and the indexes (0-based, within the batch) of
+/// the first `keep` of them; decompresses the batch when it is compressed (bounded by
+/// [`MAX_DECOMPRESSED_BYTES`]).
+pub fn keyless_records(batch: &[u8], keep: usize) -> Result<(usize, Vec<i32>), BatchError> {
     let (header, records) = records_section(batch)?;
-    let mut out = Vec::new();
+    let (mut count, mut first) = (0, Vec::new());
     for (i, rec) in RecordIter::from_parts(header, &records).enumerate() {
         if rec?.key.is_none() {
-            out.push(i as i32);
+            count += 1;
+            if first.len() < keep {
+                first.push(i as i32);
+            }
         }
     }
-    Ok(out)
+    Ok((count, first))
 }
 
 /// Inside ONE batch (decompressed if needed): `(offset, timestamp)` of the first record whose

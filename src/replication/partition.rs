@@ -38,6 +38,9 @@ use crate::log::segment::{file_stem, offset_from_file_name};
 use crate::log::{LogConfig, LogError, PartitionLog, ReadResult, SliceRead};
 use crate::protocol::record_batch::{BatchHeader, BatchIter};
 
+/// The most per-record errors one produce answer carries (see `Partition::check_keys`).
+pub const MAX_RECORD_ERRORS: usize = 1000;
+
 /// Result of a produce to one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
@@ -95,7 +98,9 @@ pub struct Partition {
     pub appended: Notify,
     /// The topic's `flush.acks.all`, readable without the lock (see [`Partition::sync_to`]).
     flush_acks_all: AtomicBool,
-
+    /// The topic's `cleanup.policy` includes `compact`: produced records need keys, checked
+    /// before the lock is taken (see [`Partition::append`]).
+    compacted: AtomicBool,
     /// The log is known to be on disk below this offset (see [`Partition::sync_to`]).
     synced_offset: AtomicI64,
     /// True while one caller of [`Partition::sync_to`] runs the fsync for all of them.
@@ -136,6 +141,7 @@ impl Partition {
         let hw = log.log_end_offset();
         let start = log.log_start_offset();
         let flush_acks_all = log.config().flush_acks_all;
+        let compacted = log.config().compacted;
         Ok(Partition {
             topic,
             index,
@@ -146,6 +152,7 @@ impl Partition {
             log_start_offset: AtomicI64::new(start),
             appended: Notify::new(),
             flush_acks_all: AtomicBool::new(flush_acks_all),
+            compacted: AtomicBool::new(compacted),
             synced_offset: AtomicI64::new(start),
             syncing: AtomicBool::new(false),
             synced: Notify::new(),
@@ -167,6 +174,10 @@ impl Partition {
     /// Appends a produce request's records as leader. `records` is shared, not copied: the
     /// log writes patched headers (offsets, leader epoch) around the client's bytes.
     pub fn append(&self, records: Bytes, now_ms: i64) -> Result<Appended, AppendError> {
+        // Outside the lock: a compressed batch is decompressed for this check.
+        if self.compacted.load(Ordering::Acquire) {
+            self.check_keys(&records)?;
+        }
         let mut st = self.state.lock();
         // Idempotence: look at every batch header first; nothing is appended unless all pass.
         let mut headers: Vec<BatchHeader> = Vec::new();
@@ -181,9 +192,6 @@ impl Partition {
                 "produce requests must contain exactly one record batch per partition, got {}",
                 headers.len()
             )));
-        }
-        if st.log.config().compacted {
-            self.check_keys(&records)?;
         }
         if let Some(first) = headers.first() {
             match st.producers.check(first) {
@@ -236,11 +244,13 @@ impl Partition {
     }
 
     /// Kafka's check of a compacted topic: every record needs a key. Refused records are
-    /// reported one by one (KIP-467), in Kafka's words.
+    /// reported one by one (KIP-467), in Kafka's words; the first [`MAX_RECORD_ERRORS`] of them,
+    /// so that a batch of many small keyless records cannot make the broker build a response
+    /// (and error strings) larger than the batch. The message counts them all.
     fn check_keys(&self, batch: &[u8]) -> Result<(), AppendError> {
-        let keyless = crate::protocol::record_batch::keyless_record_indexes(batch)
+        let (count, keyless) = crate::protocol::record_batch::keyless_records(batch, MAX_RECORD_ERRORS)
             .map_err(|e| AppendError::Corrupt(e.to_string()))?;
-        if keyless.is_empty() {
+        if count == 0 {
             return Ok(());
         }
         let records: Vec<(i32, String)> = keyless
@@ -253,8 +263,7 @@ impl Partition {
             .map(|(i, m)| format!("RecordError(batchIndex={i}, message='{m}')"))
             .collect();
         let message = format!(
-            "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
-            records.len(),
+            "One or more records have been rejected due to {count} record errors in total, and only showing the first three errors at most: [{}]",
             shown.join(", ")
         );
         Err(AppendError::RecordErrors { message, records, log_start_offset: self.log_start_offset() })
@@ -378,6 +387,7 @@ impl Partition {
 
     pub fn update_config(&self, config: LogConfig) {
         self.flush_acks_all.store(config.flush_acks_all, Ordering::Release);
+        self.compacted.store(config.compacted, Ordering::Release);
         self.state.lock().log.update_config(config);
     }
 
@@ -550,6 +560,27 @@ mod tests {
         let cfg = LogConfig { segment_bytes, ..LogConfig::default() };
         let log = PartitionLog::open(dir, cfg, io).unwrap();
         Partition::new("t".into(), 0, Uuid::nil(), log, now_ms, DAY_MS).unwrap()
+    }
+
+    #[test]
+    fn a_compacted_topic_refuses_keyless_records_reporting_at_most_max_record_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open_at(dir.path(), 2_000);
+        let value = [b'v'; 8];
+        let keyless: Vec<SimpleRecord<'_>> = (0..1500).map(|i| SimpleRecord { timestamp: i, key: None, value: Some(&value) }).collect();
+        // Not compacted: appended.
+        p.append(encode_uncompressed_batch(&keyless[..1]).into(), 0).unwrap();
+        p.update_config(LogConfig { segment_bytes: 4096, compacted: true, ..LogConfig::default() });
+        match p.append(encode_uncompressed_batch(&keyless).into(), 0) {
+            Err(AppendError::RecordErrors { message, records, .. }) => {
+                assert_eq!(records.len(), MAX_RECORD_ERRORS);
+                assert_eq!(records[999].0, 999);
+                assert!(message.starts_with("One or more records have been rejected due to 1500 record errors"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let keyed = [SimpleRecord { timestamp: 0, key: Some(&b"k"[..]), value: Some(&value) }];
+        assert_eq!(p.append(encode_uncompressed_batch(&keyed).into(), 0).unwrap().base_offset, 1, "nothing refused was written");
     }
 
     #[test]
