@@ -193,7 +193,8 @@ const BROKER_KEYS: &[(&str, &str)] = &[
 /// Keys from Kafka's broker config that sluice reads outside this module, or checks here.
 const READ_ELSEWHERE_KEYS: &[&str] = &[
     "broker.id",
-    // Checked by `refused`: sluice runs one combined node, and refuses anything else.
+    // Checked by `refused` (one combined node, or a dedicated controller of a quorum) and read
+    // into `roles`, `quorum_voters`, `controller_listener_names`, `metadata_log_dir`.
     "process.roles",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
