@@ -11,8 +11,9 @@
 //! - An append, truncation or purge is fdatasync'ed before openraft is told it is done (the
 //!   flush callback of `append` is called after the fsync), and a vote is durable (renamed into
 //!   place and the directory synced) before `save_vote` returns: Raft's safety rests on both.
-//! - Opening replays the frames; a torn or corrupt frame at the end (a crash mid-write, never
-//!   acknowledged) is cut off and logged. One in the middle is an error: the log is not trusted.
+//! - Opening replays the frames; a torn or corrupt last frame (a crash mid-write, never
+//!   acknowledged) is cut off and logged. A corrupt frame with more bytes after it is an error
+//!   naming the file and position: cutting there would drop acknowledged entries.
 //! - Once more than [`REWRITE_AFTER_PURGED`] purged entries have accumulated, the file is
 //!   rewritten with only the live entries (temp file, fsync, rename, directory fsync).
 //!
@@ -110,7 +111,19 @@ impl LogStore {
                 .flatten()
                 .and_then(|len| serde_json::from_slice::<LogOp>(&rest[8..8 + len]).ok().map(|op| (len, op)));
             let Some((len, op)) = parsed else {
-                // Only a torn tail may be cut: nothing after it may parse.
+                // A frame that is whole but unreadable with bytes after it is corruption inside
+                // the log: cutting there would drop entries this voter acknowledged.
+                let whole = rest.len() >= 8 && {
+                    let len = u32::from_be_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
+                    len <= MAX_FRAME && rest.len() > 8 + len
+                };
+                if whole {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: corrupt frame at byte {pos} with {} bytes after it", path.display(), rest.len()),
+                    ));
+                }
+                // Only a torn tail (a write cut short by a crash, never acknowledged) is cut.
                 tracing::warn!(path = %path.display(), at = pos, dropped = rest.len(), "cutting a torn tail off the metadata Raft log");
                 file.set_len(pos as u64)?;
                 file.sync_all()?;
@@ -250,5 +263,49 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             tokio::task::block_in_place(|| inner.rewrite()).map_err(io_err)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftLogStorage;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    fn entry(index: u64) -> Entry<TypeConfig> {
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Blank }
+    }
+
+    fn write_entries(dir: &Path, n: u64) {
+        let mut f = OpenOptions::new().create(true).append(true).open(dir.join("raft-log")).unwrap();
+        for i in 0..n {
+            f.write_all(&frame(&LogOp::Append(entry(i)))).unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_torn_last_frame_is_cut_and_the_entries_before_it_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        write_entries(dir.path(), 3);
+        let full = std::fs::metadata(dir.path().join("raft-log")).unwrap().len();
+        let f = OpenOptions::new().write(true).open(dir.path().join("raft-log")).unwrap();
+        f.set_len(full - 5).unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id.map(|l| l.index), Some(1));
+        assert!(std::fs::metadata(dir.path().join("raft-log")).unwrap().len() < full - 5, "the torn tail is gone");
+    }
+
+    #[test]
+    fn a_corrupt_frame_before_others_is_an_error_not_a_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        write_entries(dir.path(), 3);
+        let mut bytes = std::fs::read(dir.path().join("raft-log")).unwrap();
+        bytes[10] ^= 0xff; // inside the first frame's payload: its CRC no longer matches
+        std::fs::write(dir.path().join("raft-log"), &bytes).unwrap();
+        let err = LogStore::open(dir.path()).err().expect("refused").to_string();
+        assert!(err.contains("corrupt frame at byte 0"), "{err}");
+        assert_eq!(std::fs::read(dir.path().join("raft-log")).unwrap(), bytes, "nothing was cut");
     }
 }
