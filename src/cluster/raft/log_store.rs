@@ -112,8 +112,9 @@ impl LogStore {
                 .and_then(|len| serde_json::from_slice::<LogOp>(&rest[8..8 + len]).ok().map(|op| (len, op)));
             let Some((len, op)) = parsed else {
                 // A frame that is whole but unreadable with bytes after it is corruption inside
-                // the log: cutting there would drop entries this voter acknowledged.
-                let whole = rest.len() >= 8 && {
+                // the log: cutting there would drop entries this voter acknowledged. (A tail of
+                // zeros is what some filesystems show for an unsynced append after a crash.)
+                let whole = rest.len() >= 8 && rest.iter().any(|b| *b != 0) && {
                     let len = u32::from_be_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
                     len <= MAX_FRAME && rest.len() > 8 + len
                 };
