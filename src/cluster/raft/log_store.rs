@@ -298,6 +298,16 @@ mod tests {
         assert!(std::fs::metadata(dir.path().join("raft-log")).unwrap().len() < full - 5, "the torn tail is gone");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_zero_filled_tail_is_cut_as_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        write_entries(dir.path(), 3);
+        let mut f = OpenOptions::new().append(true).open(dir.path().join("raft-log")).unwrap();
+        f.write_all(&[0u8; 64]).unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(store.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(2));
+    }
+
     #[test]
     fn a_corrupt_frame_before_others_is_an_error_not_a_cut() {
         let dir = tempfile::tempdir().unwrap();
