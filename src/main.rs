@@ -223,12 +223,19 @@ async fn serve_controller(config: BrokerConfig) -> anyhow::Result<()> {
         .context("reading the log dirs' meta.properties")?;
     let node = Arc::new(sluice::cluster::node::ControllerNode::start(&config).await.context("starting the metadata quorum voter")?);
     let metrics_server = match &config.metrics_listener {
-        Some(l) => {
-            let listener = sluice::metrics::http::bind(&l.addr).await.with_context(|| format!("cannot listen on metrics.listener={}", l.addr))?;
-            let health_node = node.clone();
-            let source = sluice::metrics::http::Source::Controller { health: Arc::new(move || health_node.health()) };
-            Some(tokio::spawn(sluice::metrics::http::serve(listener, source)))
-        }
+        Some(l) => match sluice::metrics::http::bind(&l.addr).await {
+            Ok(listener) => {
+                let health_node = node.clone();
+                let source = sluice::metrics::http::Source::Controller { health: Arc::new(move || health_node.health()) };
+                Some(tokio::spawn(sluice::metrics::http::serve(listener, source)))
+            }
+            // As for a broker: a taken default port only warns; an explicit one must bind.
+            Err(e) if !l.explicit => {
+                tracing::warn!(addr = %l.addr, error = %e, "default metrics.listener is unavailable; serving without /healthz");
+                None
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot listen on metrics.listener={}", l.addr)),
+        },
         None => None,
     };
     tracing::info!(%cluster_id, node_id = config.node_id, voters = ?config.quorum_voters, "sluice controller serving");
