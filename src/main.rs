@@ -31,12 +31,22 @@ struct ConfigArgs {
     strict_config: bool,
 }
 
+#[derive(clap::Args)]
+struct FormatArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The cluster id to format with (Kafka's `kafka-storage format -t`): every node of one
+    /// cluster needs the same; a random one when not given.
+    #[arg(long, short = 't')]
+    cluster_id: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the broker (the default when no command is given).
     Serve(ConfigArgs),
     /// Prepare empty log directories (meta.properties) and exit; `serve` does this itself.
-    Format(ConfigArgs),
+    Format(FormatArgs),
     /// Replay a KRaft metadata log directory (Kafka's `__cluster_metadata-0`, snapshots and
     /// segments) and print the metadata image it builds as JSON.
     MetadataImage {
@@ -151,8 +161,8 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Format(args) => {
-            let config = load_config(&args)?;
-            let id = sluice::metadata::load_or_format(&config.log_dirs, config.node_id)?;
+            let config = load_config(&args.config)?;
+            let id = sluice::metadata::load_or_format_as(&config.log_dirs, config.node_id, args.cluster_id.as_deref())?;
             println!("cluster.id={id}");
             Ok(())
         }
@@ -221,7 +231,9 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
 async fn serve_controller(config: BrokerConfig) -> anyhow::Result<()> {
     let cluster_id = tokio::task::block_in_place(|| sluice::metadata::load_or_format(&config.log_dirs, config.node_id))
         .context("reading the log dirs' meta.properties")?;
-    let node = Arc::new(sluice::cluster::node::ControllerNode::start(&config).await.context("starting the metadata quorum voter")?);
+    let node = Arc::new(
+        sluice::cluster::node::ControllerNode::start(&config, &cluster_id).await.context("starting the metadata quorum voter")?,
+    );
     let metrics_server = match &config.metrics_listener {
         Some(l) => match sluice::metrics::http::bind(&l.addr).await {
             Ok(listener) => {

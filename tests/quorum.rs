@@ -13,8 +13,12 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// What `kafka-storage random-uuid` would print; every node of one cluster is formatted with it.
+const CLUSTER_ID: &str = "c2x1aWNlLXJlZmVyZW5jZQ";
+
 struct Controllers {
     dir: tempfile::TempDir,
+    cluster_ids: BTreeMap<i32, String>,
     quorum_ports: BTreeMap<i32, u16>,
     health_ports: BTreeMap<i32, u16>,
     running: BTreeMap<i32, Child>,
@@ -24,6 +28,7 @@ impl Controllers {
     fn new(n: i32) -> Controllers {
         Controllers {
             dir: tempfile::tempdir().unwrap(),
+            cluster_ids: (1..=n).map(|i| (i, CLUSTER_ID.to_string())).collect(),
             quorum_ports: (1..=n).map(|i| (i, free_port())).collect(),
             health_ports: (1..=n).map(|i| (i, free_port())).collect(),
             running: BTreeMap::new(),
@@ -38,14 +43,33 @@ impl Controllers {
         self.dir.path().join(format!("node{id}"))
     }
 
+    fn settings(&self, id: i32) -> Vec<String> {
+        [
+            "process.roles=controller".to_string(),
+            format!("node.id={id}"),
+            format!("controller.quorum.voters={}", self.voters()),
+            format!("listeners=CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id]),
+            "controller.listener.names=CONTROLLER".to_string(),
+            format!("log.dirs={}", self.data(id).display()),
+            format!("metrics.listener=127.0.0.1:{}", self.health_ports[&id]),
+        ]
+        .into_iter()
+        .flat_map(|kv| ["--override".to_string(), kv])
+        .collect()
+    }
+
     fn start(&mut self, id: i32) {
+        if !self.data(id).exists() {
+            let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["format", "--cluster-id", &self.cluster_ids[&id]])
+                .args(self.settings(id))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--override", "process.roles=controller", "--override", &format!("node.id={id}")])
-            .args(["--override", &format!("controller.quorum.voters={}", self.voters())])
-            .args(["--override", &format!("listeners=CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id])])
-            .args(["--override", "controller.listener.names=CONTROLLER"])
-            .args(["--override", &format!("log.dirs={}", self.data(id).display())])
-            .args(["--override", &format!("metrics.listener=127.0.0.1:{}", self.health_ports[&id])])
+            .arg("serve")
+            .args(self.settings(id))
             .env("SLUICE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -202,4 +226,34 @@ fn a_controller_that_cannot_reach_a_majority_reports_no_leader_and_keeps_trying(
     c.start(2);
     let (leader, _) = c.agreed_leader(Duration::from_secs(30));
     assert!(leader == 1 || leader == 2);
+}
+
+#[test]
+fn a_controller_formatted_for_another_cluster_is_refused_by_its_peers() {
+    let mut c = Controllers::new(3);
+    c.cluster_ids.insert(3, "b3RoZXItY2x1c3Rlci1pZA".to_string());
+    for id in 1..=3 {
+        c.start(id);
+    }
+    // 1 and 2 form the quorum; 3 is never answered, and never learns a leader.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ok: Vec<bool> = [1, 2].iter().map(|id| c.health(*id).is_some_and(|(s, _)| s == 200)).collect();
+        if ok == [true, true] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "1 and 2 never elected a leader");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let (status, h) = c.health(3).expect("/healthz answers");
+    assert_eq!(status, 503, "{h}");
+    // And the format step itself refuses to re-format a dir for another cluster.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["format", "--cluster-id", CLUSTER_ID])
+        .args(c.settings(3))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("differs from c2x1aWNlLXJlZmVyZW5jZQ"));
 }

@@ -35,7 +35,7 @@ pub struct ControllerNode {
 impl ControllerNode {
     /// Binds the controller listener and starts the voter; returns once it runs (it may not
     /// know a leader yet).
-    pub async fn start(config: &BrokerConfig) -> Result<ControllerNode, QuorumError> {
+    pub async fn start(config: &BrokerConfig, cluster_id: &str) -> Result<ControllerNode, QuorumError> {
         let dir = config.metadata_log_dir.join("__sluice_metadata");
         let io = |source| QuorumError::Storage { path: dir.clone(), source };
         // The config check guarantees a controller listener on this node's voter port.
@@ -48,7 +48,7 @@ impl ControllerNode {
         let listener = TcpListener::bind((host, endpoint.port)).await.map_err(io)?;
         let local = listener.local_addr().map_err(io)?;
         eprintln!("sluice controller listening on {}://{local}", endpoint.name);
-        let quorum = Arc::new(RaftQuorum::start(config.node_id, listener, &config.quorum_voters, &dir, QuorumConfig::default()).await?);
+        let quorum = Arc::new(RaftQuorum::start(config.node_id, cluster_id, listener, &config.quorum_voters, &dir, QuorumConfig::default()).await?);
         let registration = RegisterController {
             controller_id: config.node_id,
             incarnation_id: Uuid::new_v4(),

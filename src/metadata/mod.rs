@@ -68,7 +68,22 @@ fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), MetadataError> {
 /// Loads the cluster id from the log dirs' `meta.properties`, writing the file where it is
 /// missing ("formatting" an empty data dir). All dirs must agree on the cluster and node id.
 pub fn load_or_format(log_dirs: &[PathBuf], node_id: i32) -> Result<String, MetadataError> {
-    let mut cluster_id: Option<String> = None;
+    load_or_format_as(log_dirs, node_id, None)
+}
+
+/// [`load_or_format`], formatting empty dirs with `wanted` as the cluster id when given (Kafka's
+/// `kafka-storage format -t`); a dir already formatted with another id is an error, as a node
+/// must not join a cluster other than its log dirs'.
+pub fn load_or_format_as(log_dirs: &[PathBuf], node_id: i32, wanted: Option<&str>) -> Result<String, MetadataError> {
+    if let Some(w) = wanted {
+        if parse_kafka_uuid(w).is_none() {
+            return Err(MetadataError::Invalid {
+                path: PathBuf::from("--cluster-id"),
+                reason: format!("{w} is not a cluster id (22 characters of URL-safe base64, as kafka-storage random-uuid prints)"),
+            });
+        }
+    }
+    let mut cluster_id: Option<String> = wanted.map(String::from);
     let mut missing = Vec::new();
     for dir in log_dirs {
         std::fs::create_dir_all(dir).map_err(io_err("create log dir", dir))?;
@@ -90,9 +105,10 @@ pub fn load_or_format(log_dirs: &[PathBuf], node_id: i32) -> Result<String, Meta
                 }
                 if let Some(existing) = &cluster_id {
                     if existing != &id {
+                        let other = if wanted == Some(existing.as_str()) { "the one asked for" } else { "another log dir's" };
                         return Err(MetadataError::Invalid {
                             path,
-                            reason: format!("cluster.id {id} differs from {existing} in another log dir"),
+                            reason: format!("cluster.id {id} differs from {existing}, {other}"),
                         });
                     }
                 }

@@ -77,9 +77,11 @@ pub struct RaftQuorum {
 
 impl RaftQuorum {
     /// Starts voter `node_id` of `voters` (id -> `host:port` of their controller listeners),
-    /// serving peers on `listener`, with its log, vote and snapshot in `dir`.
+    /// serving peers on `listener`, with its log, vote and snapshot in `dir`. Peers formatted
+    /// with another `cluster_id` are refused, in both directions.
     pub async fn start(
         node_id: i32,
+        cluster_id: &str,
         listener: TcpListener,
         voters: &BTreeMap<i32, String>,
         dir: &Path,
@@ -99,10 +101,11 @@ impl RaftQuorum {
         }
         .validate()
         .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        let raft = Raft::new(node_id as u64, Arc::new(raft_config), network::Network, log, state.clone())
+        let peers = network::Network { cluster_id: cluster_id.to_string() };
+        let raft = Raft::new(node_id as u64, Arc::new(raft_config), peers, log, state.clone())
             .await
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        let server = tokio::spawn(network::serve(node_id as u64, listener, raft.clone()));
+        let server = tokio::spawn(network::serve(node_id as u64, cluster_id.to_string(), listener, raft.clone()));
         let members: BTreeMap<u64, BasicNode> =
             voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
         match raft.initialize(members).await {

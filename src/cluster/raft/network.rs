@@ -3,13 +3,14 @@
 //!
 //! # Wire format
 //! ```text
-//! request:  u32 length | JSON {"to": node id, "rpc": Append | Vote | Snapshot}
+//! request:  u32 length | JSON {"cluster": cluster id, "to": node id, "rpc": Append | Vote | Snapshot}
 //! response: u32 length | JSON of the handler's Result
 //! ```
 //! One request at a time per connection; a client keeps its connection and reconnects after an
 //! error. A length above [`MAX_FRAME`] closes the connection before anything is allocated for
 //! it, as does a request addressed to another node id (a voter moved to another address must
-//! not be answered by whatever now listens there) or one that does not parse: nothing a peer
+//! not be answered by whatever now listens there) or to another cluster id (a node formatted
+//! for another cluster must not join this one), or one that does not parse: nothing a peer
 //! sends can crash the node or make it allocate without bound.
 
 use std::time::Duration;
@@ -39,6 +40,7 @@ enum Rpc {
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Envelope {
+    cluster: String,
     to: u64,
     rpc: Rpc,
 }
@@ -63,7 +65,7 @@ async fn write_frame(conn: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> 
 /// Serves peers' requests to `raft` on `listener` until the task is dropped. Connection tasks
 /// live in a `JoinSet` owned by this task, so dropping it closes every connection too: a
 /// stopped voter must not keep answering on connections its peers still hold.
-pub async fn serve(node_id: u64, listener: TcpListener, raft: Raft<TypeConfig>) {
+pub async fn serve(node_id: u64, cluster_id: String, listener: TcpListener, raft: Raft<TypeConfig>) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (conn, peer) = tokio::select! {
@@ -77,10 +79,12 @@ pub async fn serve(node_id: u64, listener: TcpListener, raft: Raft<TypeConfig>) 
             },
             Some(_) = connections.join_next() => continue,
         };
-        let raft = raft.clone();
+        let (raft, cluster_id) = (raft.clone(), cluster_id.clone());
         connections.spawn(async move {
-            if let Err(e) = serve_connection(node_id, conn, raft).await {
-                if e.kind() != std::io::ErrorKind::UnexpectedEof {
+            if let Err(e) = serve_connection(node_id, &cluster_id, conn, raft).await {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    tracing::warn!(%peer, error = %e, "refused a metadata quorum peer");
+                } else if e.kind() != std::io::ErrorKind::UnexpectedEof {
                     tracing::debug!(%peer, error = %e, "metadata quorum connection closed");
                 }
             }
@@ -88,12 +92,18 @@ pub async fn serve(node_id: u64, listener: TcpListener, raft: Raft<TypeConfig>) 
     }
 }
 
-async fn serve_connection(node_id: u64, mut conn: TcpStream, raft: Raft<TypeConfig>) -> std::io::Result<()> {
+async fn serve_connection(node_id: u64, cluster_id: &str, mut conn: TcpStream, raft: Raft<TypeConfig>) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
     loop {
         let bytes = read_frame(&mut conn).await?;
         let envelope: Envelope =
             serde_json::from_slice(&bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        if envelope.cluster != cluster_id {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("a node of cluster {} called this node of cluster {cluster_id}", envelope.cluster),
+            ));
+        }
         if envelope.to != node_id {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -111,18 +121,21 @@ async fn serve_connection(node_id: u64, mut conn: TcpStream, raft: Raft<TypeConf
 }
 
 /// Makes a [`PeerClient`] per voter.
-pub struct Network;
+pub struct Network {
+    pub cluster_id: String,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        PeerClient { target, addr: node.addr.clone(), conn: None }
+        PeerClient { cluster_id: self.cluster_id.clone(), target, addr: node.addr.clone(), conn: None }
     }
 }
 
 /// Sends requests to one voter over one connection, made when first needed.
 pub struct PeerClient {
+    cluster_id: String,
     target: u64,
     addr: String,
     conn: Option<TcpStream>,
@@ -130,7 +143,7 @@ pub struct PeerClient {
 
 impl PeerClient {
     async fn call<T: DeserializeOwned>(&mut self, rpc: Rpc, ttl: Duration) -> Result<T, std::io::Error> {
-        let request = serde_json::to_vec(&Envelope { to: self.target, rpc })
+        let request = serde_json::to_vec(&Envelope { cluster: self.cluster_id.clone(), to: self.target, rpc })
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         let result = tokio::time::timeout(ttl, async {
             if self.conn.is_none() {

@@ -14,6 +14,7 @@ use crate::cluster::records::{MetadataRecord, Partition, VersionedRecord};
 
 const FAST: QuorumConfig = QuorumConfig { heartbeat_ms: 50, election_timeout_ms: 300, snapshot_every: 20 };
 const PATIENCE: Duration = Duration::from_secs(20);
+const CLUSTER_ID: &str = "c2x1aWNlLXJlZmVyZW5jZQ";
 
 struct Cluster {
     _root: tempfile::TempDir,
@@ -35,7 +36,7 @@ impl Cluster {
         let dirs: BTreeMap<i32, PathBuf> = (1..=n).map(|id| (id, root.path().join(format!("node-{id}")))).collect();
         let mut cluster = Cluster { _root: root, dirs, voters, nodes: BTreeMap::new() };
         for (id, l) in listeners {
-            let q = RaftQuorum::start(id, l, &cluster.voters, &cluster.dirs[&id], FAST).await.unwrap();
+            let q = RaftQuorum::start(id, CLUSTER_ID, l, &cluster.voters, &cluster.dirs[&id], FAST).await.unwrap();
             cluster.nodes.insert(id, q);
         }
         cluster
@@ -47,7 +48,7 @@ impl Cluster {
 
     async fn restart(&mut self, id: i32) {
         let l = TcpListener::bind(&self.voters[&id]).await.unwrap();
-        let q = RaftQuorum::start(id, l, &self.voters, &self.dirs[&id], FAST).await.unwrap();
+        let q = RaftQuorum::start(id, CLUSTER_ID, l, &self.voters, &self.dirs[&id], FAST).await.unwrap();
         self.nodes.insert(id, q);
     }
 
