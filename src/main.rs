@@ -135,11 +135,8 @@ fn main() -> anyhow::Result<()> {
         }
         Command::MetadataImage { dir, records: true } => {
             use sluice::cluster::{records, ClusterError};
-            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-                .with_context(|| format!("listing {}", dir.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "log" || x == "checkpoint"))
-                .collect();
+            let (snapshots, segments) = sluice::cluster::image::kafka_log_files(&dir)?;
+            let mut files: Vec<PathBuf> = snapshots.into_iter().chain(segments).map(|(_, p)| p).collect();
             files.sort();
             for path in files {
                 let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;

@@ -20,7 +20,7 @@
 //!   [`ClusterError::Inconsistent`] error and leaves the image unchanged.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
@@ -313,23 +313,7 @@ impl MetadataImage {
             let path = path.to_path_buf();
             move |source| ClusterError::Read { path, source }
         };
-        let mut snapshots = Vec::new();
-        let mut segments = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(read_err(dir))? {
-            let path = entry.map_err(read_err(dir))?.path();
-            let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-            if let Some(stem) = name.strip_suffix(".checkpoint") {
-                if let Some(end) = stem.split('-').next().and_then(|o| o.parse::<i64>().ok()) {
-                    snapshots.push((end, path.clone()));
-                }
-            } else if let Some(stem) = name.strip_suffix(".log") {
-                if let Ok(base) = stem.parse::<i64>() {
-                    segments.push((base, path.clone()));
-                }
-            }
-        }
-        snapshots.sort();
-        segments.sort();
+        let (snapshots, segments) = kafka_log_files(dir)?;
         let mut image = MetadataImage::default();
         if let Some((end, path)) = snapshots.last() {
             let bytes = std::fs::read(path).map_err(read_err(path))?;
@@ -349,6 +333,33 @@ impl MetadataImage {
         }
         Ok(image)
     }
+}
+
+/// A metadata log file and the offset its name carries.
+pub type LogFile = (i64, PathBuf);
+
+/// The snapshots (`<end offset>-<epoch>.checkpoint`, by end offset) and segments
+/// (`<base offset>.log`, by base offset) of a Kafka KRaft metadata log directory, each sorted.
+pub fn kafka_log_files(dir: &Path) -> Result<(Vec<LogFile>, Vec<LogFile>), ClusterError> {
+    let read_err = |source| ClusterError::Read { path: dir.to_path_buf(), source };
+    let mut snapshots = Vec::new();
+    let mut segments = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+        let path = entry.map_err(read_err)?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        if let Some(stem) = name.strip_suffix(".checkpoint") {
+            if let Some(end) = stem.split('-').next().and_then(|o| o.parse::<i64>().ok()) {
+                snapshots.push((end, path.clone()));
+            }
+        } else if let Some(stem) = name.strip_suffix(".log") {
+            if let Ok(base) = stem.parse::<i64>() {
+                segments.push((base, path.clone()));
+            }
+        }
+    }
+    snapshots.sort();
+    segments.sort();
+    Ok((snapshots, segments))
 }
 
 impl MetadataImage {

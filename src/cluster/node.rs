@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use uuid::Uuid;
 
-use super::quorum::{MetadataQuorum, QuorumError, QuorumStatus};
+use super::quorum::{MetadataQuorum, QuorumError};
 use super::raft::{QuorumConfig, RaftQuorum};
 use super::records::{Endpoint as RecordEndpoint, MetadataRecord, RegisterController, VersionedRecord};
 use crate::config::BrokerConfig;
@@ -63,10 +63,6 @@ impl ControllerNode {
         };
         let watcher = tokio::spawn(watch(quorum.clone(), registration));
         Ok(ControllerNode { quorum, watcher })
-    }
-
-    pub fn status(&self) -> QuorumStatus {
-        self.quorum.status()
     }
 
     /// `/healthz`: healthy while a leader is known and this voter has applied the committed log
