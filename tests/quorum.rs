@@ -9,6 +9,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::broker_registration_request::Listener;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+mod common;
+use common::Client;
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -22,6 +29,8 @@ struct Controllers {
     quorum_ports: BTreeMap<i32, u16>,
     health_ports: BTreeMap<i32, u16>,
     running: BTreeMap<i32, Child>,
+    /// More `key=value` settings for every node.
+    extra: Vec<String>,
 }
 
 impl Controllers {
@@ -32,6 +41,7 @@ impl Controllers {
             quorum_ports: (1..=n).map(|i| (i, free_port())).collect(),
             health_ports: (1..=n).map(|i| (i, free_port())).collect(),
             running: BTreeMap::new(),
+            extra: Vec::new(),
         }
     }
 
@@ -54,6 +64,7 @@ impl Controllers {
             format!("metrics.listener=127.0.0.1:{}", self.health_ports[&id]),
         ]
         .into_iter()
+        .chain(self.extra.iter().cloned())
         .flat_map(|kv| ["--override".to_string(), kv])
         .collect()
     }
@@ -256,4 +267,117 @@ fn a_controller_formatted_for_another_cluster_is_refused_by_its_peers() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("differs from c2x1aWNlLXJlZmVyZW5jZQ"));
+}
+
+/// A broker as the controllers see it: BrokerRegistration and BrokerHeartbeat over the Kafka
+/// protocol on the controller listener.
+fn register(c: &Controllers, to: i32, broker: i32, incarnation: uuid::Uuid, cluster_id: &str) -> BrokerRegistrationResponse {
+    let req = BrokerRegistrationRequest::default()
+        .with_broker_id(broker.into())
+        .with_cluster_id(StrBytes::from_string(cluster_id.to_string()))
+        .with_incarnation_id(incarnation)
+        .with_listeners(vec![Listener::default()
+            .with_name(StrBytes::from_static_str("PLAINTEXT"))
+            .with_host(StrBytes::from_static_str("127.0.0.1"))
+            .with_port(9092)]);
+    Client::connect_to(&format!("127.0.0.1:{}", c.quorum_ports[&to])).call(&req, 4)
+}
+
+fn heartbeat(c: &Controllers, to: i32, broker: i32, epoch: i64) -> BrokerHeartbeatResponse {
+    let req = BrokerHeartbeatRequest::default().with_broker_id(broker.into()).with_broker_epoch(epoch).with_current_metadata_offset(epoch);
+    Client::connect_to(&format!("127.0.0.1:{}", c.quorum_ports[&to])).call(&req, 1)
+}
+
+/// Broker `id`'s entry in controller `on`'s image, from /healthz.
+fn broker_state(c: &Controllers, on: i32, id: i64) -> Option<serde_json::Value> {
+    let (_, h) = c.health(on)?;
+    h["brokers"].as_array()?.iter().find(|b| b["id"].as_i64() == Some(id)).cloned()
+}
+
+fn wait_for(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn brokers_register_with_the_active_controller_are_unfenced_by_heartbeats_and_fenced_when_silent() {
+    const NOT_CONTROLLER: i16 = 41;
+    const STALE_BROKER_EPOCH: i16 = 77;
+    const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
+    const INCONSISTENT_CLUSTER_ID: i16 = 104;
+    let mut c = Controllers::new(3);
+    c.extra.push("broker.session.timeout.ms=2000".into());
+    for id in 1..=3 {
+        c.start(id);
+    }
+    let (leader, _) = c.agreed_leader(Duration::from_secs(30));
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let first = uuid::Uuid::new_v4();
+
+    // Bad input on the controller listener closes that connection and nothing else: a Kafka
+    // frame over the limit (refused before anything is allocated for it), an unknown api key,
+    // a body that does not decode.
+    let addr = format!("127.0.0.1:{}", c.quorum_ports[&leader]);
+    for bad in [&[0x7f, 0xff, 0xff, 0xff, 0x00][..], &[0, 0, 0, 8, 0x7f, 0x00, 0, 0, 0, 0, 0, 1], &[0, 0, 0, 9, 0, 62, 0, 4, 0, 0, 0, 1, 0xff]] {
+        let mut client = Client::connect_to(&addr);
+        client.send_raw(bad);
+        assert!(client.is_closed(), "{bad:?} was not refused");
+    }
+    assert_eq!(c.agreed_leader(Duration::from_secs(5)).0, leader);
+
+    // Only the active controller registers brokers, and only brokers of its cluster.
+    assert_eq!(register(&c, follower, 10, first, CLUSTER_ID).error_code, NOT_CONTROLLER);
+    assert_eq!(register(&c, leader, 10, first, "b3RoZXItY2x1c3Rlci1pZA").error_code, INCONSISTENT_CLUSTER_ID);
+
+    // A registration starts fenced with a new epoch; the first heartbeat that has caught up
+    // with the metadata log unfences it, on every controller's image.
+    let r = register(&c, leader, 10, first, CLUSTER_ID);
+    assert_eq!(r.error_code, 0);
+    let epoch = r.broker_epoch;
+    assert!(epoch > 0);
+    assert_eq!(broker_state(&c, leader, 10).unwrap()["fenced"], true);
+    let hb = heartbeat(&c, leader, 10, epoch);
+    assert_eq!((hb.error_code, hb.is_fenced, hb.is_caught_up), (0, false, true));
+    for id in 1..=3 {
+        wait_for("the unfencing to reach every controller", Duration::from_secs(10), || {
+            broker_state(&c, id, 10).is_some_and(|b| b["fenced"] == false && b["epoch"] == epoch)
+        });
+    }
+    assert_eq!(heartbeat(&c, leader, 10, epoch - 1).error_code, STALE_BROKER_EPOCH);
+
+    // A second process with the same node.id, while the first is alive, is refused.
+    let second = uuid::Uuid::new_v4();
+    let hb_and_dup = (heartbeat(&c, leader, 10, epoch), register(&c, leader, 10, second, CLUSTER_ID));
+    assert_eq!(hb_and_dup.1.error_code, DUPLICATE_BROKER_REGISTRATION);
+
+    // Silent past broker.session.timeout.ms: fenced.
+    wait_for("the silent broker to be fenced", Duration::from_secs(15), || {
+        broker_state(&c, leader, 10).is_some_and(|b| b["fenced"] == true)
+    });
+    // Restarted (a new incarnation), it gets a new, larger epoch and is unfenced again.
+    let r = register(&c, leader, 10, second, CLUSTER_ID);
+    assert_eq!(r.error_code, 0);
+    assert!(r.broker_epoch > epoch);
+    let epoch = r.broker_epoch;
+    assert!(!heartbeat(&c, leader, 10, epoch).is_fenced);
+
+    // The active controller dies: the new one knows the broker (from the replicated log),
+    // starts its session afresh and keeps it unfenced while it heartbeats.
+    c.kill9(leader);
+    let (new_leader, _) = c.agreed_leader(Duration::from_secs(15));
+    let mut hb = heartbeat(&c, new_leader, 10, epoch);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hb.error_code == NOT_CONTROLLER && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        hb = heartbeat(&c, new_leader, 10, epoch);
+    }
+    assert_eq!((hb.error_code, hb.is_fenced), (0, false));
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(heartbeat(&c, new_leader, 10, epoch).error_code, 0);
+    }
+    assert_eq!(broker_state(&c, new_leader, 10).unwrap()["fenced"], false);
 }

@@ -63,6 +63,13 @@ pub mod codes {
     pub const STALE_BROKER_EPOCH: i16 = 77;
     pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
     pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const NOT_CONTROLLER: i16 = 41;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const INCONSISTENT_CLUSTER_ID: i16 = 104;
+    pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
+    pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
 }
 
 fn versioned(record: MetadataRecord) -> VersionedRecord {

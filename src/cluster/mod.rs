@@ -12,14 +12,18 @@
 //!   shutdown, topic creation, preferred leaders) as records to propose; a pure core.
 //! - [`quorum`]: [`quorum::MetadataQuorum`], the replicated metadata log as the rest of sluice
 //!   sees it, and [`raft`], that trait on openraft.
+//! - [`driver`]: the active controller, proposing [`controller`]'s decisions (registrations,
+//!   heartbeats, session expiry, bootstrap records) while this node leads.
+//! - [`kafka_api`]: the Kafka protocol on the controller listener (ApiVersions,
+//!   DescribeCluster, DescribeQuorum, BrokerRegistration, BrokerHeartbeat).
 //! - [`node`]: a dedicated controller process (`process.roles=controller`), a voter of the
 //!   quorum serving no data.
 //!
-//! Not here yet (issue "A sluice cluster"): brokers registering with and heartbeating to the
-//! controllers over the Kafka protocol (and the controller APIs such as DescribeQuorum), the
-//! controller driver that proposes [`controller`]'s decisions, forwarding, and the broker
-//! reading its topics and partitions from the image instead of from its single-node files. Today the broker does not use this layer at run time; the
-//! `sluice metadata-image` command reads a Kafka KRaft metadata log with it.
+//! Not here yet (issue "A sluice cluster"): the broker side — registering and heartbeating,
+//! controlled shutdown, reading its topics and partitions from the image instead of from its
+//! single-node files — and forwarding admin requests to the controller. Today the broker does
+//! not use this layer at run time; the `sluice metadata-image` command reads a Kafka KRaft
+//! metadata log with it.
 //!
 //! # Failure behaviour
 //! A record that cannot be decoded, or that does not apply to the image (a partition of an
@@ -27,7 +31,9 @@
 //! stops rather than skip it, since a skipped record makes its metadata differ from its peers'.
 
 pub mod controller;
+pub mod driver;
 pub mod image;
+pub mod kafka_api;
 pub mod node;
 pub mod placement;
 pub mod quorum;

@@ -1,8 +1,9 @@
 //! A dedicated controller process (`process.roles=controller`): one voter of the metadata
 //! quorum, serving no clients' data. A thin driver around [`RaftQuorum`]: it binds the
 //! controller listener, starts the voter with its files in `<metadata.log.dir>/__sluice_metadata`,
-//! logs leadership changes, and, as the active controller of an empty log, writes the bootstrap
-//! records (the `metadata.version` feature level, its own controller registration).
+//! runs the [`ActiveController`] (registrations, heartbeats, session expiry, the bootstrap
+//! records of an empty log) and serves the controller's Kafka API ([`ControllerApi`]) on the same
+//! listener as the quorum's peer messages.
 //!
 //! # Failure behaviour
 //! A voter that cannot reach a majority keeps retrying; it logs a warning every
@@ -11,20 +12,17 @@
 //! nothing that was committed: the log and vote are fsynced before they count.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use uuid::Uuid;
 
+pub use super::driver::{METADATA_VERSION, NO_LEADER_WARNING};
+use super::driver::ActiveController;
+use super::kafka_api::{ControllerApi, VoterEndpoint};
 use super::quorum::{MetadataQuorum, QuorumError};
 use super::raft::{QuorumConfig, RaftQuorum};
-use super::records::{Endpoint as RecordEndpoint, MetadataRecord, RegisterController, VersionedRecord};
+use super::records::{Endpoint as RecordEndpoint, RegisterController};
 use crate::config::BrokerConfig;
-
-/// Kafka 4.4's `metadata.version` level, which sluice's record versions (`records.rs`) follow.
-pub const METADATA_VERSION: i16 = 33;
-/// How often a voter without a leader says so in its log.
-pub const NO_LEADER_WARNING: Duration = Duration::from_secs(5);
 
 /// A running dedicated controller.
 pub struct ControllerNode {
@@ -61,7 +59,22 @@ impl ControllerNode {
             }],
             features: Vec::new(),
         };
-        let watcher = tokio::spawn(watch(quorum.clone(), registration));
+        let controller = Arc::new(ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms));
+        let voters = config
+            .quorum_voters
+            .iter()
+            .filter_map(|(id, addr)| {
+                let (host, port) = addr.rsplit_once(':')?;
+                Some((*id, VoterEndpoint { host: host.trim_matches(['[', ']']).to_string(), port: port.parse().ok()? }))
+            })
+            .collect();
+        quorum.serve_clients(Arc::new(ControllerApi {
+            controller: controller.clone(),
+            cluster_id: cluster_id.to_string(),
+            listener_name: endpoint.name.clone(),
+            voters,
+        }));
+        let watcher = tokio::spawn(controller.run());
         Ok(ControllerNode { quorum, watcher })
     }
 
@@ -80,6 +93,12 @@ impl ControllerNode {
             "metadata_offset": image.offset,
             "features": image.features,
             "controllers": image.controllers.keys().collect::<Vec<_>>(),
+            "brokers": image.brokers.values().map(|b| serde_json::json!({
+                "id": b.id,
+                "epoch": b.epoch,
+                "fenced": b.fenced,
+                "in_controlled_shutdown": b.in_controlled_shutdown,
+            })).collect::<Vec<_>>(),
         });
         (s.leader.is_some() && s.applied_index.is_some(), body.to_string())
     }
@@ -89,57 +108,6 @@ impl ControllerNode {
         match Arc::try_unwrap(self.quorum) {
             Ok(q) => q.shutdown().await,
             Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
-        }
-    }
-}
-
-/// Logs leadership changes; as the leader, writes what an empty log lacks.
-async fn watch(quorum: Arc<RaftQuorum>, registration: RegisterController) {
-    let mut last_leader = None;
-    let mut last_warning = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let status = quorum.status();
-        if status.leader != last_leader {
-            match status.leader {
-                Some(l) => tracing::info!(leader = l, term = status.term, "metadata quorum leader elected"),
-                None => tracing::warn!(term = status.term, "metadata quorum has no leader; retrying"),
-            }
-            last_leader = status.leader;
-            last_warning = tokio::time::Instant::now();
-        } else if status.leader.is_none() && last_warning.elapsed() >= NO_LEADER_WARNING {
-            tracing::warn!(term = status.term, voters = ?status.voters.iter().map(|v| v.id).collect::<Vec<_>>(), "metadata quorum still has no leader; retrying");
-            last_warning = tokio::time::Instant::now();
-        }
-        if status.leader != Some(status.node_id) {
-            continue;
-        }
-        let missing = |image: &super::image::MetadataImage| {
-            let mut out = Vec::new();
-            if !image.features.contains_key("metadata.version") {
-                out.push(VersionedRecord {
-                    version: 0,
-                    record: MetadataRecord::FeatureLevel { name: "metadata.version".into(), feature_level: METADATA_VERSION },
-                });
-            }
-            if !image.controllers.contains_key(&registration.controller_id) {
-                out.push(VersionedRecord { version: 0, record: MetadataRecord::RegisterController(registration.clone()) });
-            }
-            out
-        };
-        if missing(&quorum.image().borrow()).is_empty() {
-            continue;
-        }
-        // A leader fresh from a restart may not have applied the committed log yet: look again
-        // once it has.
-        if quorum.leader_caught_up().await.is_err() {
-            continue;
-        }
-        let bootstrap = missing(&quorum.image().borrow());
-        if !bootstrap.is_empty() {
-            if let Err(e) = quorum.propose(bootstrap).await {
-                tracing::warn!(error = %e, "writing the metadata bootstrap records failed; retrying");
-            }
         }
     }
 }

@@ -41,8 +41,11 @@ pub enum QuorumError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VoterStatus {
     pub id: i32,
-    /// The leader's view of how far the voter's log reaches (None on followers, or unknown).
+    /// The leader's view of how far the voter's log reaches, in Raft log entries (None on
+    /// followers, or unknown).
     pub log_end_offset: Option<u64>,
+    /// On the leader: how long ago the voter last answered it (0 for the leader itself).
+    pub millis_since_ack: Option<u64>,
 }
 
 /// The quorum's state, for DescribeQuorum and `/healthz`.
@@ -69,3 +72,19 @@ pub trait MetadataQuorum: Send + Sync {
     /// every record committed before: what a leader waits for before deciding from its image.
     fn leader_caught_up(&self) -> impl Future<Output = Result<(), QuorumError>> + Send;
 }
+
+/// Answers the Kafka-protocol requests that arrive on the controller listener, which carries
+/// the quorum's peer messages too (a connection's first frame tells which it is).
+pub trait ClientFrames: Send + Sync {
+    /// `request` is one request frame without its size prefix (header and body); the answer is
+    /// the whole response frame, size prefix included, or why the connection is closed.
+    fn answer<'a>(
+        &'a self,
+        request: bytes::Bytes,
+        peer: std::net::SocketAddr,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<bytes::BytesMut, String>> + Send + 'a>>;
+}
+
+/// Where the quorum's listener hands Kafka-protocol connections; empty until the controller's
+/// API is ready (connections made before are closed).
+pub type ClientFramesSlot = Arc<std::sync::OnceLock<Arc<dyn ClientFrames>>>;

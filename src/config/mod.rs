@@ -119,6 +119,11 @@ pub struct BrokerConfig {
     /// (0: off, the default); see `network::idle_poll`.
     pub cpu_idle_poll_us: u64,
     pub fetch_session_cache_slots: usize,
+    /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard a
+    /// heartbeat from for this long.
+    pub broker_session_timeout_ms: i64,
+    /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
+    pub broker_heartbeat_interval_ms: u64,
     /// Broker-level defaults for topic configs, keyed by *topic* config name
     /// (`retention.ms`, `segment.bytes`, ...), already validated.
     pub topic_defaults: BTreeMap<String, String>,
@@ -185,6 +190,8 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("log.io.direct.reads", "true"),
     ("cpu.idle.poll.us", "0"),
     ("max.incremental.fetch.session.cache.slots", "1000"),
+    ("broker.session.timeout.ms", "9000"),
+    ("broker.heartbeat.interval.ms", "2000"),
     ("metrics.listener", DEFAULT_METRICS_LISTENER),
     ("log.level", "info"),
     ("log.format", "text"),
@@ -384,6 +391,13 @@ impl BrokerConfig {
                 &get("max.incremental.fetch.session.cache.slots"),
                 0,
                 i32::MAX as usize,
+            )?,
+            broker_session_timeout_ms: parse_int("broker.session.timeout.ms", &get("broker.session.timeout.ms"), 1, i32::MAX as i64)?,
+            broker_heartbeat_interval_ms: parse_int(
+                "broker.heartbeat.interval.ms",
+                &get("broker.heartbeat.interval.ms"),
+                1,
+                i32::MAX as u64,
             )?,
             topic_defaults,
             metrics_listener,

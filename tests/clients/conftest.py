@@ -14,6 +14,8 @@ those configs. Fixtures:
   module_broker   one broker shared by a module
   broker_factory  make(overrides=None, target=None) -> Broker, several per test
   kafka_cluster   make(n=3, overrides=None) -> KafkaCluster: real Kafka, n combined nodes
+  sluice_controllers  make(n=3, overrides=None) -> SluiceControllers: n dedicated sluice
+                  controllers (process.roles=controller), a metadata quorum without brokers
 """
 import base64
 import os
@@ -209,6 +211,10 @@ class KafkaCluster:
         self.cluster_id = base64.urlsafe_b64encode(b"sluice-reference").decode().rstrip("=")
         self.overrides = dict(overrides or {})
 
+    @property
+    def bootstrap_controllers(self):
+        return ",".join("127.0.0.1:%d" % p for p in self.controller_ports.values())
+
     def data_dir(self, node):
         return self.workdir / ("node%d" % node) / "data"
 
@@ -246,6 +252,94 @@ class KafkaCluster:
     def close(self):
         for i in self.ports:
             self._ref("kill9", i, check=False)
+
+
+class SluiceControllers:
+    """n dedicated sluice controllers (node ids 1..n, all voters) on 127.0.0.1, each formatted
+    with the same cluster id as KafkaCluster's; /healthz on its own metrics port."""
+
+    def __init__(self, workdir, n, overrides=None):
+        self.workdir = Path(workdir)
+        self.controller_ports = {i: free_port() for i in range(1, n + 1)}
+        self.health_ports = {i: free_port() for i in range(1, n + 1)}
+        self.voters = ",".join("%d@127.0.0.1:%d" % (i, p) for i, p in self.controller_ports.items())
+        self.cluster_id = base64.urlsafe_b64encode(b"sluice-reference").decode().rstrip("=")
+        self.overrides = dict(overrides or {})
+        self.procs = {}
+
+    @property
+    def bootstrap_controllers(self):
+        return ",".join("127.0.0.1:%d" % p for p in self.controller_ports.values())
+
+    def _args(self, node):
+        kv = {
+            "process.roles": "controller", "node.id": str(node), "controller.quorum.voters": self.voters,
+            "listeners": "CONTROLLER://127.0.0.1:%d" % self.controller_ports[node],
+            "controller.listener.names": "CONTROLLER", "log.dirs": str(self.workdir / ("node%d" % node)),
+            "metrics.listener": "127.0.0.1:%d" % self.health_ports[node],
+        }
+        kv.update(self.overrides)
+        return [a for k, v in kv.items() for a in ("--override", "%s=%s" % (k, v))]
+
+    def health(self, node):
+        """(HTTP status, JSON body) of the node's /healthz, or None when it does not answer."""
+        import json
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % self.health_ports[node], timeout=2) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+        except OSError:
+            return None
+
+    def start(self, node=None):
+        """Starts every node (or one), then waits until each reports a leader on /healthz."""
+        nodes = [node] if node else list(self.controller_ports)
+        for i in nodes:
+            if not (self.workdir / ("node%d" % i)).exists():
+                subprocess.run([str(sluice_bin()), "format", "--cluster-id", self.cluster_id] + self._args(i),
+                               check=True, capture_output=True, timeout=30)
+            log = open(self.workdir / ("node%d.log" % i), "ab")
+            self.procs[i] = subprocess.Popen([str(sluice_bin()), "serve"] + self._args(i), stdout=log, stderr=log)
+        deadline = time.time() + 30
+        for i in nodes:
+            while True:
+                h = self.health(i)
+                if h and h[0] == 200:
+                    break
+                assert time.time() < deadline, "controller %d never reported a leader: %s" % (i, h)
+                time.sleep(0.2)
+        return self
+
+    def leader(self):
+        h = self.health(next(iter(self.procs)))
+        return h[1]["leader"] if h else None
+
+    def kill9(self, node):
+        p = self.procs.pop(node)
+        p.kill()
+        p.wait(10)
+
+    def close(self):
+        for i in list(self.procs):
+            self.kill9(i)
+
+
+@pytest.fixture
+def sluice_controllers(tmp_path):
+    """make(n=3, overrides=None) -> started SluiceControllers; every node is killed at the end."""
+    made = []
+
+    def make(n=3, overrides=None):
+        c = SluiceControllers(tmp_path / ("controllers%d" % len(made)), n, overrides)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.close()
 
 
 @pytest.fixture

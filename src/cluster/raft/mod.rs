@@ -34,7 +34,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::image::MetadataImage;
-use super::quorum::{MetadataQuorum, QuorumError, QuorumStatus, VoterStatus};
+use super::quorum::{ClientFrames, ClientFramesSlot, MetadataQuorum, QuorumError, QuorumStatus, VoterStatus};
 use super::records::{self, VersionedRecord};
 
 /// One proposal: metadata records in Kafka's encoding, applied together.
@@ -73,6 +73,8 @@ pub struct RaftQuorum {
     raft: Raft<TypeConfig>,
     state: state_machine::StateMachine,
     server: tokio::task::JoinHandle<()>,
+    clients: ClientFramesSlot,
+    acks: network::LastAcks,
 }
 
 impl RaftQuorum {
@@ -101,11 +103,13 @@ impl RaftQuorum {
         }
         .validate()
         .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        let peers = network::Network { cluster_id: cluster_id.to_string() };
+        let acks = network::LastAcks::default();
+        let peers = network::Network { cluster_id: cluster_id.to_string(), acks: acks.clone() };
         let raft = Raft::new(node_id as u64, Arc::new(raft_config), peers, log, state.clone())
             .await
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
-        let server = tokio::spawn(network::serve(node_id as u64, cluster_id.to_string(), listener, raft.clone()));
+        let clients = ClientFramesSlot::default();
+        let server = tokio::spawn(network::serve(node_id as u64, cluster_id.to_string(), listener, raft.clone(), clients.clone()));
         let members: BTreeMap<u64, BasicNode> =
             voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
         match raft.initialize(members).await {
@@ -114,7 +118,13 @@ impl RaftQuorum {
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
             Err(e) => return Err(QuorumError::Raft(e.to_string())),
         }
-        Ok(RaftQuorum { node_id, raft, state, server })
+        Ok(RaftQuorum { node_id, raft, state, server, clients, acks })
+    }
+
+    /// Hands the Kafka-protocol connections of the controller listener to `handler` from now
+    /// on (once; later calls are ignored).
+    pub fn serve_clients(&self, handler: std::sync::Arc<dyn ClientFrames>) {
+        let _ = self.clients.set(handler);
     }
 
     /// Stops this voter (its peers see it as unreachable).
@@ -158,13 +168,29 @@ impl MetadataQuorum for RaftQuorum {
     fn status(&self) -> QuorumStatus {
         let m = self.raft.metrics().borrow().clone();
         let replication = m.replication.clone().unwrap_or_default();
+        let leading = m.current_leader == Some(self.node_id as u64);
+        let acks = self.acks.lock().clone();
         let voters = m
             .membership_config
             .membership()
             .voter_ids()
-            .map(|id| VoterStatus {
-                id: id as i32,
-                log_end_offset: replication.get(&id).and_then(|l| l.map(|l| l.index + 1)),
+            .map(|id| {
+                let me = id == self.node_id as u64;
+                VoterStatus {
+                    id: id as i32,
+                    log_end_offset: if me && leading {
+                        m.last_log_index.map(|i| i + 1)
+                    } else {
+                        replication.get(&id).and_then(|l| l.map(|l| l.index + 1))
+                    },
+                    millis_since_ack: if !leading {
+                        None
+                    } else if me {
+                        Some(0)
+                    } else {
+                        acks.get(&id).map(|t| t.elapsed().as_millis() as u64)
+                    },
+                }
             })
             .collect();
         QuorumStatus {

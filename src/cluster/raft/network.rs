@@ -7,7 +7,10 @@
 //! response: u32 length | JSON of the handler's Result
 //! ```
 //! One request at a time per connection; a client keeps its connection and reconnects after an
-//! error. A length above [`MAX_FRAME`] closes the connection before anything is allocated for
+//! error. The same listener serves Kafka-protocol clients (brokers registering and
+//! heartbeating, `kafka-metadata-quorum`): a connection whose first frame does not start with
+//! `{` is a Kafka one (a Kafka request starts with its 16-bit api key, whose first byte is 0),
+//! and its frames, at most [`MAX_CLIENT_FRAME`] bytes, go to the [`ClientFrames`] handler. A length above [`MAX_FRAME`] closes the connection before anything is allocated for
 //! it, as does a request addressed to another node id (a voter moved to another address must
 //! not be answered by whatever now listens there) or to another cluster id (a node formatted
 //! for another cluster must not join this one), or one that does not parse: nothing a peer
@@ -26,9 +29,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::TypeConfig;
+use crate::cluster::quorum::ClientFramesSlot;
 
 /// The largest message accepted from a peer (snapshots are sent in chunks well below it).
 pub const MAX_FRAME: usize = 64 << 20;
+/// The largest Kafka request accepted on the controller listener (registrations, heartbeats
+/// and quorum descriptions are a few hundred bytes).
+pub const MAX_CLIENT_FRAME: usize = 1 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -47,11 +54,24 @@ struct Envelope {
 
 async fn read_frame(conn: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let len = conn.read_u32().await? as usize;
-    if len > MAX_FRAME {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("frame of {len} bytes is over {MAX_FRAME}")));
+    read_body(conn, len, MAX_FRAME, None).await
+}
+
+/// Reads a frame's `len` bytes, of which `first` was read already; refuses frames over `max`
+/// before allocating for them.
+async fn read_body(conn: &mut TcpStream, len: usize, max: usize, first: Option<u8>) -> std::io::Result<Vec<u8>> {
+    if len > max {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("frame of {len} bytes is over {max}")));
     }
     let mut buf = vec![0u8; len];
-    conn.read_exact(&mut buf).await?;
+    let start = match first {
+        Some(b) if len > 0 => {
+            buf[0] = b;
+            1
+        }
+        _ => 0,
+    };
+    conn.read_exact(&mut buf[start..]).await?;
     Ok(buf)
 }
 
@@ -65,7 +85,7 @@ async fn write_frame(conn: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> 
 /// Serves peers' requests to `raft` on `listener` until the task is dropped. Connection tasks
 /// live in a `JoinSet` owned by this task, so dropping it closes every connection too: a
 /// stopped voter must not keep answering on connections its peers still hold.
-pub async fn serve(node_id: u64, cluster_id: String, listener: TcpListener, raft: Raft<TypeConfig>) {
+pub async fn serve(node_id: u64, cluster_id: String, listener: TcpListener, raft: Raft<TypeConfig>, clients: ClientFramesSlot) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (conn, peer) = tokio::select! {
@@ -79,9 +99,9 @@ pub async fn serve(node_id: u64, cluster_id: String, listener: TcpListener, raft
             },
             Some(_) = connections.join_next() => continue,
         };
-        let (raft, cluster_id) = (raft.clone(), cluster_id.clone());
+        let (raft, cluster_id, clients) = (raft.clone(), cluster_id.clone(), clients.clone());
         connections.spawn(async move {
-            if let Err(e) = serve_connection(node_id, &cluster_id, conn, raft).await {
+            if let Err(e) = serve_connection(node_id, &cluster_id, conn, peer, raft, clients).await {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
                     tracing::warn!(%peer, error = %e, "refused a metadata quorum peer");
                 } else if e.kind() != std::io::ErrorKind::UnexpectedEof {
@@ -92,10 +112,26 @@ pub async fn serve(node_id: u64, cluster_id: String, listener: TcpListener, raft
     }
 }
 
-async fn serve_connection(node_id: u64, cluster_id: &str, mut conn: TcpStream, raft: Raft<TypeConfig>) -> std::io::Result<()> {
+async fn serve_connection(
+    node_id: u64,
+    cluster_id: &str,
+    mut conn: TcpStream,
+    peer: std::net::SocketAddr,
+    raft: Raft<TypeConfig>,
+    clients: ClientFramesSlot,
+) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
+    let len = conn.read_u32().await? as usize;
+    let first = if len > 0 { Some(conn.read_u8().await?) } else { None };
+    if first != Some(b'{') {
+        return serve_client(conn, peer, len, first, clients).await;
+    }
+    let mut pending = Some(read_body(&mut conn, len, MAX_FRAME, first).await?);
     loop {
-        let bytes = read_frame(&mut conn).await?;
+        let bytes = match pending.take() {
+            Some(b) => b,
+            None => read_frame(&mut conn).await?,
+        };
         let envelope: Envelope =
             serde_json::from_slice(&bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         if envelope.cluster != cluster_id {
@@ -120,16 +156,42 @@ async fn serve_connection(node_id: u64, cluster_id: &str, mut conn: TcpStream, r
     }
 }
 
+/// Serves a Kafka-protocol connection: one request at a time, answered in order.
+async fn serve_client(
+    mut conn: TcpStream,
+    peer: std::net::SocketAddr,
+    mut len: usize,
+    mut first: Option<u8>,
+    clients: ClientFramesSlot,
+) -> std::io::Result<()> {
+    let closed = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    let Some(handler) = clients.get().cloned() else {
+        return Err(closed("the controller's Kafka API is not ready yet".into()));
+    };
+    loop {
+        let request = read_body(&mut conn, len, MAX_CLIENT_FRAME, first).await?;
+        let response = handler.answer(bytes::Bytes::from(request), peer).await.map_err(closed)?;
+        conn.write_all(&response).await?;
+        len = conn.read_u32().await? as usize;
+        first = None;
+    }
+}
+
+/// When each peer last answered an append (replication or heartbeat), for DescribeQuorum's
+/// fetch timestamps.
+pub type LastAcks = std::sync::Arc<parking_lot::Mutex<std::collections::BTreeMap<u64, std::time::Instant>>>;
+
 /// Makes a [`PeerClient`] per voter.
 pub struct Network {
     pub cluster_id: String,
+    pub acks: LastAcks,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
-        PeerClient { cluster_id: self.cluster_id.clone(), target, addr: node.addr.clone(), conn: None }
+        PeerClient { cluster_id: self.cluster_id.clone(), target, addr: node.addr.clone(), conn: None, acks: self.acks.clone() }
     }
 }
 
@@ -139,6 +201,7 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     conn: Option<TcpStream>,
+    acks: LastAcks,
 }
 
 impl PeerClient {
@@ -186,6 +249,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
         let r: Result<AppendEntriesResponse<u64>, RaftError<u64>> =
             self.call(Rpc::Append(rpc), option.hard_ttl()).await.map_err(|e| rpc_error(self.target, e))?;
+        if r.is_ok() {
+            self.acks.lock().insert(self.target, std::time::Instant::now());
+        }
         r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 

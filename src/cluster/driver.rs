@@ -1,0 +1,316 @@
+//! The active controller: the thin driver that feeds [`Controller`]'s decisions (a pure core)
+//! into the metadata quorum. Every decision is made and proposed under one lock, from an image
+//! that holds every committed record, so decisions never interleave (as in Kafka's
+//! single-threaded `QuorumController`): a broker's epoch is the offset its registration record
+//! gets, and no other record can take that offset first.
+//!
+//! Leadership: the driver acts only while this node leads the quorum. Each time it becomes the
+//! leader (a new term) it starts a fresh [`Controller`] — every broker's session starts anew,
+//! so nobody is fenced for the time the controllers took to fail over — and waits until its
+//! image holds everything committed before it decides anything. On a node that does not lead,
+//! every request is answered NOT_CONTROLLER, for the caller to find the leader.
+//!
+//! Timers (every [`TICK`] while leading): brokers whose session expired are fenced, and an
+//! empty log gets its bootstrap records (the `metadata.version` level and this controller's
+//! registration).
+//!
+//! # Failure behaviour
+//! A proposal that fails (leadership lost mid-way, quorum unreachable) is answered
+//! NOT_CONTROLLER or REQUEST_TIMED_OUT; nothing half-done stays behind since a batch commits
+//! whole or not at all. Timer work that fails is logged and retried at the next tick.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
+
+use super::controller::{codes, Controller, Heartbeat, HeartbeatReply, Refusal, Registration};
+use super::image::MetadataImage;
+use super::quorum::{MetadataQuorum, QuorumError};
+use super::records::{MetadataRecord, RegisterController, VersionedRecord};
+
+/// How often the active controller looks at sessions and bootstrap records.
+pub const TICK: Duration = Duration::from_millis(250);
+/// Kafka 4.4's `metadata.version` level, which sluice's record versions (`records.rs`) follow.
+pub const METADATA_VERSION: i16 = 33;
+
+struct Leading {
+    /// The term this node leads in, once its image has caught up in it.
+    term: Option<u64>,
+    core: Controller,
+}
+
+/// The active controller's driver over a quorum `Q`.
+pub struct ActiveController<Q> {
+    quorum: Arc<Q>,
+    registration: RegisterController,
+    session_timeout_ms: i64,
+    started: Instant,
+    state: Mutex<Leading>,
+}
+
+impl<Q: MetadataQuorum> ActiveController<Q> {
+    pub fn new(quorum: Arc<Q>, registration: RegisterController, session_timeout_ms: i64) -> ActiveController<Q> {
+        ActiveController {
+            quorum,
+            registration,
+            session_timeout_ms,
+            started: Instant::now(),
+            state: Mutex::new(Leading { term: None, core: Controller::new(session_timeout_ms) }),
+        }
+    }
+
+    pub fn quorum(&self) -> &Arc<Q> {
+        &self.quorum
+    }
+
+    /// A monotonic clock for sessions (only differences matter).
+    fn now_ms(&self) -> i64 {
+        self.started.elapsed().as_millis() as i64
+    }
+
+    /// Takes the decision lock if this node leads, catching up first in a new term.
+    async fn lead(&self) -> Result<tokio::sync::MutexGuard<'_, Leading>, Refusal> {
+        let status = self.quorum.status();
+        if status.leader != Some(status.node_id) {
+            return Err(not_controller(status.leader));
+        }
+        let mut state = self.state.lock().await;
+        if state.term != Some(status.term) {
+            self.quorum.leader_caught_up().await.map_err(refusal)?;
+            tracing::info!(term = status.term, "this node is the active controller");
+            state.core = Controller::new(self.session_timeout_ms);
+            state.term = Some(status.term);
+        }
+        Ok(state)
+    }
+
+    fn image(&self) -> Arc<MetadataImage> {
+        self.quorum.image().borrow().clone()
+    }
+
+    async fn propose(&self, records: Vec<VersionedRecord>) -> Result<i64, Refusal> {
+        self.quorum.propose(records).await.map_err(refusal)
+    }
+
+    /// BrokerRegistration: the broker's new epoch.
+    pub async fn register(&self, req: &Registration) -> Result<i64, Refusal> {
+        let mut state = self.lead().await?;
+        let now = self.now_ms();
+        let (records, epoch) = state.core.register(&self.image(), req, now)?;
+        let offset = self.propose(records).await?;
+        debug_assert_eq!(offset, epoch, "a registration record's offset is the broker's epoch");
+        tracing::info!(broker = req.broker_id, epoch, "broker registered");
+        Ok(epoch)
+    }
+
+    /// BrokerHeartbeat: the broker's state once the heartbeat's records are committed.
+    pub async fn heartbeat(&self, hb: &Heartbeat) -> Result<HeartbeatReply, Refusal> {
+        let mut state = self.lead().await?;
+        let now = self.now_ms();
+        let (records, reply) = state.core.heartbeat(&self.image(), hb, now)?;
+        if !records.is_empty() {
+            self.propose(records).await?;
+        }
+        Ok(reply)
+    }
+
+    /// One timer round; returns whether this node leads.
+    pub async fn tick(&self) -> bool {
+        let Ok(mut state) = self.lead().await else { return false };
+        let image = self.image();
+        let mut records = bootstrap(&image, &self.registration);
+        records.extend(state.core.expire_sessions(&image, self.now_ms()));
+        if !records.is_empty() {
+            if let Err(e) = self.propose(records).await {
+                tracing::warn!(error = %e, "the active controller's timer work failed; retrying");
+            }
+        }
+        true
+    }
+
+    /// Runs the timers until the task is dropped, logging leadership changes.
+    pub async fn run(self: Arc<Self>) {
+        let mut last_leader = None;
+        let mut last_warning = Instant::now();
+        loop {
+            tokio::time::sleep(TICK).await;
+            let status = self.quorum.status();
+            if status.leader != last_leader {
+                match status.leader {
+                    Some(l) => tracing::info!(leader = l, term = status.term, "metadata quorum leader elected"),
+                    None => tracing::warn!(term = status.term, "metadata quorum has no leader; retrying"),
+                }
+                last_leader = status.leader;
+                last_warning = Instant::now();
+            } else if status.leader.is_none() && last_warning.elapsed() >= NO_LEADER_WARNING {
+                let voters: Vec<i32> = status.voters.iter().map(|v| v.id).collect();
+                tracing::warn!(term = status.term, ?voters, "metadata quorum still has no leader; retrying");
+                last_warning = Instant::now();
+            }
+            if status.leader == Some(status.node_id) {
+                self.tick().await;
+            }
+        }
+    }
+}
+
+/// How often a voter without a leader says so in its log.
+pub const NO_LEADER_WARNING: Duration = Duration::from_secs(5);
+
+/// What an empty log lacks: the `metadata.version` level and this controller's registration.
+fn bootstrap(image: &MetadataImage, registration: &RegisterController) -> Vec<VersionedRecord> {
+    let mut out = Vec::new();
+    if !image.features.contains_key("metadata.version") {
+        out.push(VersionedRecord {
+            version: 0,
+            record: MetadataRecord::FeatureLevel { name: "metadata.version".into(), feature_level: METADATA_VERSION },
+        });
+    }
+    if !image.controllers.contains_key(&registration.controller_id) {
+        out.push(VersionedRecord { version: 0, record: MetadataRecord::RegisterController(registration.clone()) });
+    }
+    out
+}
+
+fn not_controller(leader: Option<i32>) -> Refusal {
+    let message = match leader {
+        Some(l) => format!("This controller is not the active controller; the active controller is {l}."),
+        None => "This controller is not the active controller; no active controller is known yet.".to_string(),
+    };
+    Refusal { code: codes::NOT_CONTROLLER, message }
+}
+
+fn refusal(e: QuorumError) -> Refusal {
+    match e {
+        QuorumError::NotLeader { leader } => not_controller(leader),
+        QuorumError::Invalid(e) => Refusal { code: codes::INVALID_REQUEST, message: e.to_string() },
+        other => Refusal { code: codes::REQUEST_TIMED_OUT, message: other.to_string() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::quorum::{QuorumStatus, VoterStatus};
+    use parking_lot::Mutex as PlMutex;
+    use tokio::sync::watch;
+    use uuid::Uuid;
+
+    /// A one-node quorum in memory: proposals apply at once.
+    struct Local {
+        image: watch::Sender<Arc<MetadataImage>>,
+        leading: PlMutex<bool>,
+        term: PlMutex<u64>,
+    }
+
+    impl Local {
+        fn new() -> Arc<Local> {
+            Arc::new(Local {
+                image: watch::channel(Arc::new(MetadataImage::default())).0,
+                leading: PlMutex::new(true),
+                term: PlMutex::new(1),
+            })
+        }
+    }
+
+    impl MetadataQuorum for Local {
+        async fn propose(&self, records: Vec<VersionedRecord>) -> Result<i64, QuorumError> {
+            if !*self.leading.lock() {
+                return Err(QuorumError::NotLeader { leader: Some(2) });
+            }
+            let mut image = (**self.image.borrow()).clone();
+            for r in &records {
+                let offset = image.offset + 1;
+                image.apply(offset, &r.record).map_err(QuorumError::Invalid)?;
+            }
+            let offset = image.offset;
+            self.image.send_replace(Arc::new(image));
+            Ok(offset)
+        }
+        fn image(&self) -> watch::Receiver<Arc<MetadataImage>> {
+            self.image.subscribe()
+        }
+        fn status(&self) -> QuorumStatus {
+            let leading = *self.leading.lock();
+            QuorumStatus {
+                node_id: 1,
+                leader: Some(if leading { 1 } else { 2 }),
+                term: *self.term.lock(),
+                last_log_index: None,
+                applied_index: None,
+                voters: vec![VoterStatus { id: 1, log_end_offset: None, millis_since_ack: None }],
+            }
+        }
+        async fn leader_caught_up(&self) -> Result<(), QuorumError> {
+            Ok(())
+        }
+    }
+
+    fn registration() -> RegisterController {
+        RegisterController { controller_id: 1, incarnation_id: Uuid::new_v4(), zk_migration_ready: false, endpoints: vec![], features: vec![] }
+    }
+
+    fn broker(id: i32) -> Registration {
+        Registration { broker_id: id, incarnation_id: Uuid::new_v4(), endpoints: vec![], features: vec![], rack: None }
+    }
+
+    #[tokio::test]
+    async fn the_first_tick_writes_the_bootstrap_records_once() {
+        let q = Local::new();
+        let c = ActiveController::new(q.clone(), registration(), 1000);
+        assert!(c.tick().await);
+        let image = q.image().borrow().clone();
+        assert_eq!(image.features.get("metadata.version"), Some(&METADATA_VERSION));
+        assert!(image.controllers.contains_key(&1));
+        let offset = image.offset;
+        c.tick().await;
+        assert_eq!(q.image().borrow().offset, offset, "nothing more to write");
+    }
+
+    #[tokio::test]
+    async fn a_broker_epoch_is_the_offset_of_its_registration_record() {
+        let q = Local::new();
+        let c = ActiveController::new(q.clone(), registration(), 1000);
+        c.tick().await;
+        let epoch = c.register(&broker(7)).await.unwrap();
+        assert_eq!(epoch, q.image().borrow().offset);
+        assert_eq!(q.image().borrow().brokers[&7].epoch, epoch);
+        assert!(q.image().borrow().brokers[&7].fenced);
+        let reply = c
+            .heartbeat(&Heartbeat { broker_id: 7, broker_epoch: epoch, metadata_offset: epoch, want_shutdown: false })
+            .await
+            .unwrap();
+        assert!(!reply.is_fenced);
+        assert!(!q.image().borrow().brokers[&7].fenced);
+    }
+
+    #[tokio::test]
+    async fn a_controller_that_does_not_lead_answers_not_controller_naming_the_leader() {
+        let q = Local::new();
+        *q.leading.lock() = false;
+        let c = ActiveController::new(q.clone(), registration(), 1000);
+        let err = c.register(&broker(7)).await.unwrap_err();
+        assert_eq!(err.code, codes::NOT_CONTROLLER);
+        assert!(err.message.contains("active controller is 2"), "{}", err.message);
+        assert!(!c.tick().await);
+        assert_eq!(q.image().borrow().offset, -1, "a follower writes nothing");
+    }
+
+    #[tokio::test]
+    async fn a_silent_broker_is_fenced_after_its_session_and_a_new_term_starts_sessions_afresh() {
+        let q = Local::new();
+        let c = ActiveController::new(q.clone(), registration(), 200);
+        c.tick().await;
+        let epoch = c.register(&broker(7)).await.unwrap();
+        c.heartbeat(&Heartbeat { broker_id: 7, broker_epoch: epoch, metadata_offset: epoch, want_shutdown: false }).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        // A new term: the session starts over, so the broker is not fenced yet.
+        *q.term.lock() = 2;
+        c.tick().await;
+        assert!(!q.image().borrow().brokers[&7].fenced);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        c.tick().await;
+        assert!(q.image().borrow().brokers[&7].fenced, "fenced once its session expired");
+    }
+}

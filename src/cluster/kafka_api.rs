@@ -1,0 +1,287 @@
+//! The Kafka protocol on the controller listener: what brokers and `--bootstrap-controller`
+//! tools send a controller. Decode the typed request (kafka-protocol), ask the
+//! [`ActiveController`] or the quorum, encode the typed response.
+//!
+//! | API | answered |
+//! |---|---|
+//! | ApiVersions 0-4 | the controller's APIs, its supported and finalized features |
+//! | DescribeCluster 0-2 | `endpoint_type` 2: the voters' controller endpoints and the active controller; brokers' endpoint type gets MISMATCHED_ENDPOINT_TYPE, as a Kafka controller answers |
+//! | DescribeQuorum 0-2 | on the active controller: leader, epoch (the Raft term), high watermark, voters' log end offsets and last-answer times, voters' endpoints; elsewhere NOT_LEADER_OR_FOLLOWER |
+//! | BrokerRegistration 0-4 | a new broker epoch, or DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID, NOT_CONTROLLER |
+//! | BrokerHeartbeat 0-1 | fenced / caught up / may shut down, or STALE_BROKER_EPOCH, BROKER_ID_NOT_REGISTERED, NOT_CONTROLLER |
+//!
+//! Offsets in DescribeQuorum count Raft log entries (one entry is one proposal of one or more
+//! metadata records), where Kafka's count records; the lag between voters means the same.
+//!
+//! # Failure behaviour
+//! An unknown api key, an unsupported version (other than ApiVersions, answered in v0 with
+//! UNSUPPORTED_VERSION so the client can retry) or a body that does not decode closes the
+//! connection, as Kafka does; nothing else does.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_quorum_response::{self as dq, ReplicaState};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+
+use super::controller::{codes, Heartbeat, Registration};
+use super::driver::{ActiveController, METADATA_VERSION};
+use super::quorum::{ClientFrames, MetadataQuorum};
+use super::records::{Endpoint, SupportedFeature};
+use crate::api::{frame_response, str_bytes};
+
+/// The metadata log's name in DescribeQuorum.
+pub const METADATA_TOPIC: &str = "__cluster_metadata";
+/// DescribeCluster's endpoint types (KIP-919).
+const BROKER_ENDPOINTS: i8 = 1;
+const CONTROLLER_ENDPOINTS: i8 = 2;
+
+/// The (api key, min, max) versions a controller serves.
+pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::BrokerRegistration, 0, 4),
+    (ApiKey::BrokerHeartbeat, 0, 1),
+];
+
+fn supported(key: ApiKey, version: i16) -> bool {
+    CONTROLLER_APIS.iter().any(|(k, min, max)| *k == key && (*min..=*max).contains(&version))
+}
+
+/// A voter's controller endpoint, from `controller.quorum.voters`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoterEndpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The controller's Kafka API.
+pub struct ControllerApi<Q> {
+    pub controller: Arc<ActiveController<Q>>,
+    pub cluster_id: String,
+    /// The controller listener's name (`CONTROLLER`), as voters' endpoints are listed.
+    pub listener_name: String,
+    pub voters: BTreeMap<i32, VoterEndpoint>,
+}
+
+impl<Q: MetadataQuorum + 'static> ClientFrames for ControllerApi<Q> {
+    fn answer<'a>(
+        &'a self,
+        request: Bytes,
+        _peer: std::net::SocketAddr,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<BytesMut, String>> + Send + 'a>> {
+        Box::pin(self.handle(request))
+    }
+}
+
+fn respond<R: Encodable + HeaderVersion>(correlation_id: i32, version: i16, body: &R) -> Result<BytesMut, String> {
+    frame_response(correlation_id, version, body)
+}
+
+impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
+    async fn handle(&self, mut body: Bytes) -> Result<BytesMut, String> {
+        if body.len() < 8 {
+            return Err(format!("a request of {} bytes has no header", body.len()));
+        }
+        let raw_key = i16::from_be_bytes([body[0], body[1]]);
+        let version = i16::from_be_bytes([body[2], body[3]]);
+        let correlation_id = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
+        let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown api key {raw_key}"))?;
+        if !supported(key, version) {
+            if key == ApiKey::ApiVersions {
+                let resp = ApiVersionsResponse::default()
+                    .with_error_code(kafka_protocol::ResponseError::UnsupportedVersion.code())
+                    .with_api_keys(vec![ApiVersion::default().with_api_key(ApiKey::ApiVersions as i16).with_min_version(0).with_max_version(4)]);
+                return respond(correlation_id, 0, &resp);
+            }
+            return Err(format!("unsupported version {version} of {key:?} on the controller listener"));
+        }
+        crate::protocol::frame::decode_request_header(&mut body, key, version).map_err(|e| e.to_string())?;
+        macro_rules! decode {
+            ($req:ty) => {
+                <$req>::decode(&mut body, version).map_err(|e| format!("malformed {} v{version}: {e}", stringify!($req)))?
+            };
+        }
+        match key {
+            ApiKey::ApiVersions => {
+                let _ = decode!(ApiVersionsRequest);
+                respond(correlation_id, version, &self.api_versions())
+            }
+            ApiKey::DescribeCluster => {
+                let req = decode!(DescribeClusterRequest);
+                respond(correlation_id, version, &self.describe_cluster(&req, version))
+            }
+            ApiKey::DescribeQuorum => {
+                let req = decode!(DescribeQuorumRequest);
+                respond(correlation_id, version, &self.describe_quorum(&req))
+            }
+            ApiKey::BrokerRegistration => {
+                let req = decode!(BrokerRegistrationRequest);
+                respond(correlation_id, version, &self.broker_registration(req).await)
+            }
+            ApiKey::BrokerHeartbeat => {
+                let req = decode!(BrokerHeartbeatRequest);
+                respond(correlation_id, version, &self.broker_heartbeat(&req).await)
+            }
+            other => Err(format!("{other:?} is not served on the controller listener")),
+        }
+    }
+
+    fn api_versions(&self) -> ApiVersionsResponse {
+        let image = self.controller.quorum().image().borrow().clone();
+        let api_keys = CONTROLLER_APIS
+            .iter()
+            .map(|(k, min, max)| ApiVersion::default().with_api_key(*k as i16).with_min_version(*min).with_max_version(*max))
+            .collect();
+        // kraft.version is the quorum's own level, not a metadata record: 0, a static quorum.
+        let mut levels = image.features.clone();
+        levels.entry("kraft.version".to_string()).or_insert(0);
+        let finalized = levels
+            .iter()
+            .map(|(name, level)| FinalizedFeatureKey::default().with_name(str_bytes(name)).with_min_version_level(*level).with_max_version_level(*level))
+            .collect();
+        let feature = |name: &str, min: i16, max: i16| SupportedFeatureKey::default().with_name(str_bytes(name)).with_min_version(min).with_max_version(max);
+        ApiVersionsResponse::default()
+            .with_api_keys(api_keys)
+            .with_supported_features(vec![feature("kraft.version", 0, 0), feature("metadata.version", METADATA_VERSION, METADATA_VERSION)])
+            .with_finalized_features_epoch(image.offset)
+            .with_finalized_features(finalized)
+    }
+
+    fn describe_cluster(&self, req: &DescribeClusterRequest, version: i16) -> DescribeClusterResponse {
+        let resp = DescribeClusterResponse::default().with_cluster_id(str_bytes(&self.cluster_id)).with_endpoint_type(CONTROLLER_ENDPOINTS);
+        // v0 has no endpoint type: it asks for brokers.
+        let wanted = if version >= 1 { req.endpoint_type } else { BROKER_ENDPOINTS };
+        if wanted != CONTROLLER_ENDPOINTS {
+            let (code, message) = if wanted == BROKER_ENDPOINTS {
+                (
+                    codes::MISMATCHED_ENDPOINT_TYPE,
+                    "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type BROKER".to_string(),
+                )
+            } else {
+                (codes::UNSUPPORTED_ENDPOINT_TYPE, format!("Unsupported endpoint type {wanted}"))
+            };
+            return resp.with_error_code(code).with_error_message(Some(str_bytes(&message)));
+        }
+        let leader = self.controller.quorum().status().leader.unwrap_or(-1);
+        let brokers = self
+            .voters
+            .iter()
+            .map(|(id, e)| DescribeClusterBroker::default().with_broker_id((*id).into()).with_host(str_bytes(&e.host)).with_port(e.port as i32))
+            .collect();
+        resp.with_controller_id(leader.into()).with_brokers(brokers).with_cluster_authorized_operations(i32::MIN)
+    }
+
+    fn describe_quorum(&self, req: &DescribeQuorumRequest) -> DescribeQuorumResponse {
+        let status = self.controller.quorum().status();
+        let leading = status.leader == Some(status.node_id);
+        let nodes = self
+            .voters
+            .iter()
+            .map(|(id, e)| {
+                dq::Node::default().with_node_id((*id).into()).with_listeners(vec![dq::Listener::default()
+                    .with_name(str_bytes(&self.listener_name))
+                    .with_host(str_bytes(&e.host))
+                    .with_port(e.port)])
+            })
+            .collect();
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let topics = req
+            .topics
+            .iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let known = t.topic_name.0.as_str() == METADATA_TOPIC && p.partition_index == 0;
+                        let out = dq::PartitionData::default().with_partition_index(p.partition_index);
+                        if !known {
+                            return out.with_error_code(kafka_protocol::ResponseError::UnknownTopicOrPartition.code());
+                        }
+                        if !leading {
+                            return out
+                                .with_error_code(codes::NOT_LEADER_OR_FOLLOWER)
+                                .with_error_message(Some(str_bytes("This controller is not the quorum's leader")));
+                        }
+                        let voters = status
+                            .voters
+                            .iter()
+                            .map(|v| {
+                                let seen = v.millis_since_ack.map(|ago| now_ms - ago as i64).unwrap_or(-1);
+                                ReplicaState::default()
+                                    .with_replica_id(v.id.into())
+                                    .with_log_end_offset(v.log_end_offset.map(|o| o as i64).unwrap_or(-1))
+                                    .with_last_fetch_timestamp(seen)
+                                    .with_last_caught_up_timestamp(seen)
+                            })
+                            .collect();
+                        out.with_leader_id(status.node_id.into())
+                            .with_leader_epoch(status.term as i32)
+                            .with_high_watermark(status.applied_index.map(|i| i as i64 + 1).unwrap_or(-1))
+                            .with_current_voters(voters)
+                    })
+                    .collect();
+                dq::TopicData::default().with_topic_name(t.topic_name.clone()).with_partitions(partitions)
+            })
+            .collect();
+        DescribeQuorumResponse::default().with_topics(topics).with_nodes(nodes)
+    }
+
+    async fn broker_registration(&self, req: BrokerRegistrationRequest) -> BrokerRegistrationResponse {
+        let resp = BrokerRegistrationResponse::default().with_broker_epoch(-1);
+        if req.cluster_id.as_str() != self.cluster_id {
+            tracing::warn!(broker = req.broker_id.0, cluster = %req.cluster_id.as_str(), "refused the registration of a broker of another cluster");
+            return resp.with_error_code(codes::INCONSISTENT_CLUSTER_ID);
+        }
+        let registration = Registration {
+            broker_id: req.broker_id.0,
+            incarnation_id: req.incarnation_id,
+            endpoints: req
+                .listeners
+                .iter()
+                .map(|l| Endpoint { name: l.name.to_string(), host: l.host.to_string(), port: l.port, security_protocol: l.security_protocol })
+                .collect(),
+            features: req
+                .features
+                .iter()
+                .map(|f| SupportedFeature {
+                    name: f.name.to_string(),
+                    min_supported_version: f.min_supported_version,
+                    max_supported_version: f.max_supported_version,
+                })
+                .collect(),
+            rack: req.rack.as_ref().map(|r| r.to_string()),
+        };
+        match self.controller.register(&registration).await {
+            Ok(epoch) => resp.with_broker_epoch(epoch),
+            Err(refusal) => {
+                if refusal.code != codes::NOT_CONTROLLER {
+                    tracing::warn!(broker = req.broker_id.0, error = %refusal, "refused a broker registration");
+                }
+                resp.with_error_code(refusal.code)
+            }
+        }
+    }
+
+    async fn broker_heartbeat(&self, req: &BrokerHeartbeatRequest) -> BrokerHeartbeatResponse {
+        let hb = Heartbeat {
+            broker_id: req.broker_id.0,
+            broker_epoch: req.broker_epoch,
+            metadata_offset: req.current_metadata_offset,
+            want_shutdown: req.want_shut_down,
+        };
+        match self.controller.heartbeat(&hb).await {
+            Ok(reply) => BrokerHeartbeatResponse::default()
+                .with_is_caught_up(!reply.is_fenced || req.current_metadata_offset >= req.broker_epoch)
+                .with_is_fenced(reply.is_fenced)
+                .with_should_shut_down(reply.should_shut_down),
+            Err(refusal) => BrokerHeartbeatResponse::default().with_error_code(refusal.code).with_is_fenced(true),
+        }
+    }
+}
