@@ -3,7 +3,7 @@ CARGO ?= cargo
 SLUICE_BIN ?= target/release/sluice
 export SLUICE_BIN
 
-.PHONY: all build release run test test-rust test-clients test-protocol test-metrics fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
+.PHONY: all build release run cluster test test-rust test-clients test-protocol test-metrics fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
 
 all: release
 
@@ -16,6 +16,11 @@ release:
 ## Start a single-node broker on localhost:9092 with data under ./data.
 run: release
 	$(SLUICE_BIN) serve $(if $(CONFIG),--config $(CONFIG))
+
+## Start a local 3-node cluster (each node broker and controller) on 127.0.0.1:9092-9094 with
+## data under ./data/dev-cluster; Ctrl-C stops it.
+cluster: release
+	$(SLUICE_BIN) dev-cluster 3
 
 ## The whole test suite: Rust unit + integration tests, the real-client suite (librdkafka via
 ## confluent-kafka, Kafka's own tools from the Maven jars), golden client conversations replayed

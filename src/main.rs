@@ -58,8 +58,25 @@ enum Command {
         #[arg(long)]
         records: bool,
     },
+    /// Start a local cluster of N nodes (each broker and controller) on 127.0.0.1 with its data
+    /// under one folder, print the bootstrap list, and stop them all on Ctrl-C / SIGTERM.
+    DevCluster(DevClusterArgs),
     /// Print the version.
     Version,
+}
+
+#[derive(clap::Args)]
+struct DevClusterArgs {
+    /// How many nodes (every one a voter of the metadata quorum: 3 or 5 tolerate 1 or 2 failures).
+    #[arg(default_value_t = 3)]
+    nodes: u16,
+    /// Where the nodes keep their data, one folder each, and their logs.
+    #[arg(long, default_value = "data/dev-cluster")]
+    dir: PathBuf,
+    /// The first node's client port; node i listens on PORT+i-1, its controller listener on
+    /// PORT+100+i-1 and its metrics (`/metrics`, `/healthz`) on PORT+200+i-1.
+    #[arg(long, default_value_t = 9092)]
+    port: u16,
 }
 
 /// Loads and validates the config, then starts logging as it says (env vars win).
@@ -163,6 +180,7 @@ fn main() -> anyhow::Result<()> {
             println!("cluster.id={id}");
             Ok(())
         }
+        Command::DevCluster(args) => dev_cluster(args),
         Command::Serve(args) => {
             let config = load_config(&args)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("sluice").build()?;
@@ -183,6 +201,13 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let broker = Arc::new(tokio::task::block_in_place(|| Broker::open(config)).context("starting the broker")?);
+    // A member of a cluster (one of several voters): the quorum's voter and the active
+    // controller run beside the broker, which takes its topics from their metadata image.
+    let controller = if broker.config.quorum_voters.len() > 1 {
+        Some(join_cluster(&broker).await?)
+    } else {
+        None
+    };
     broker.metrics.set_startup_duration(started.elapsed());
     // Bound before the Kafka listeners so its stderr line precedes theirs (tests wait for those).
     let metrics_server = serve_metrics(&broker, metrics_handle.clone()).await?;
@@ -204,7 +229,35 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let retention = tokio::spawn(broker::retention::run(broker.clone()));
     let groups = tokio::spawn(sluice::group::driver::run(broker.clone()));
     let cleaner = tokio::spawn(broker::cleaner::run(broker.clone()));
-    server.run(shutdown_signal()).await;
+    let lifecycle = broker.cluster().map(|view| {
+        let listeners = broker
+            .advertised()
+            .into_iter()
+            .filter(|e| !broker.config.controller_listener_names.contains(&e.name))
+            .map(|e| (e.name, e.host, e.port))
+            .collect();
+        let rack = broker.config.raw.get("broker.rack").map(|r| r.trim().to_string()).filter(|r| !r.is_empty());
+        let interval = std::time::Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+        Arc::new(sluice::cluster::lifecycle::BrokerLifecycle::new(view.clone(), broker.cluster_id.clone(), listeners, rack, interval))
+    });
+    let cluster_tasks = lifecycle.as_ref().map(|l| (tokio::spawn(l.clone().run()), tokio::spawn(broker::cluster::run(broker.clone()))));
+    // Controlled shutdown while still serving: the controller moves this broker's leaderships
+    // away, and clients are told NOT_LEADER_OR_FOLLOWER and find the new leaders.
+    let stop = {
+        let lifecycle = lifecycle.clone();
+        async move {
+            shutdown_signal().await;
+            if let Some(l) = lifecycle {
+                tracing::info!("controlled shutdown: asking the controller to move this broker's leaderships");
+                l.shut_down(CONTROLLED_SHUTDOWN_TIMEOUT).await;
+            }
+        }
+    };
+    server.run(stop).await;
+    if let Some((l, s)) = cluster_tasks {
+        l.abort();
+        s.abort();
+    }
     retention.abort();
     groups.abort();
     cleaner.abort();
@@ -219,8 +272,115 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         b.write_checkpoints(true);
     })
     .await?;
+    if let Some(node) = controller {
+        node.shutdown().await;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `sluice dev-cluster`: N child processes of this binary, one cluster.
+fn dev_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
+    anyhow::ensure!((1..=9).contains(&args.nodes), "dev-cluster runs 1 to 9 nodes, not {}", args.nodes);
+    let exe = std::env::current_exe().context("finding the sluice binary")?;
+    std::fs::create_dir_all(&args.dir).with_context(|| format!("creating {}", args.dir.display()))?;
+    let ids: Vec<u16> = (1..=args.nodes).collect();
+    let port = |base: u16, i: u16| base + i - 1;
+    let voters = ids.iter().map(|i| format!("{i}@127.0.0.1:{}", port(args.port + 100, *i))).collect::<Vec<_>>().join(",");
+    let settings = |i: u16| -> Vec<String> {
+        [
+            "process.roles=broker,controller".to_string(),
+            format!("node.id={i}"),
+            format!("controller.quorum.voters={voters}"),
+            format!("listeners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}", port(args.port, i), port(args.port + 100, i)),
+            "controller.listener.names=CONTROLLER".to_string(),
+            format!("log.dirs={}", args.dir.join(format!("node{i}")).display()),
+            format!("metrics.listener=127.0.0.1:{}", port(args.port + 200, i)),
+        ]
+        .into_iter()
+        .flat_map(|kv| ["--override".to_string(), kv])
+        .collect()
+    };
+    // One cluster id for every node: the one a node was formatted with before, or a new one.
+    let existing = ids.iter().find_map(|i| {
+        let text = std::fs::read_to_string(args.dir.join(format!("node{i}")).join("meta.properties")).ok()?;
+        config::parse_properties(&text).into_iter().find(|(k, _)| k == "cluster.id").map(|(_, v)| v)
+    });
+    let cluster_id = existing.unwrap_or_else(|| sluice::metadata::kafka_uuid_string(sluice::metadata::random_kafka_uuid()));
+    let mut children = Vec::new();
+    for &i in &ids {
+        let format = std::process::Command::new(&exe).args(["format", "-t", &cluster_id]).args(settings(i)).output()?;
+        anyhow::ensure!(format.status.success(), "formatting node {i}: {}", String::from_utf8_lossy(&format.stderr));
+        let log = std::fs::File::create(args.dir.join(format!("node{i}.log")))?;
+        let child = std::process::Command::new(&exe)
+            .arg("serve")
+            .args(settings(i))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting node {i}"))?;
+        children.push((i, child));
+    }
+    let bootstrap = ids.iter().map(|i| format!("127.0.0.1:{}", port(args.port, *i))).collect::<Vec<_>>().join(",");
+    println!("sluice dev-cluster: {} nodes, cluster id {cluster_id}, data and logs in {}", args.nodes, args.dir.display());
+    println!("bootstrap.servers={bootstrap}");
+    println!("Ctrl-C stops every node.");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let mut check = tokio::time::interval(std::time::Duration::from_secs(1));
+        let mut reported = std::collections::BTreeSet::new();
+        loop {
+            tokio::select! {
+                _ = shutdown_signal() => break,
+                _ = check.tick() => {
+                    for (i, child) in &mut children {
+                        if let Ok(Some(status)) = child.try_wait() {
+                            if reported.insert(*i) {
+                                eprintln!("node {i} exited ({status}); see {}", args.dir.join(format!("node{i}.log")).display());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+    for (_, child) in &children {
+        // SAFETY: kill(2) on a child's pid with SIGTERM; the child is not yet reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    }
+    for (i, mut child) in children {
+        let status = child.wait()?;
+        println!("node {i} stopped ({status})");
+    }
+    Ok(())
+}
+
+/// How long a broker's controlled shutdown waits for the controller to move its leaderships.
+const CONTROLLED_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts this node's quorum voter and active controller on its controller listener and makes
+/// the broker a member of the cluster they keep.
+async fn join_cluster(broker: &Arc<Broker>) -> anyhow::Result<sluice::cluster::node::ControllerNode> {
+    let config = &broker.config;
+    let node = sluice::cluster::node::ControllerNode::start(config, &broker.cluster_id)
+        .await
+        .context("starting the metadata quorum voter")?;
+    let quorum = node.quorum().clone();
+    let leader = {
+        let q = quorum.clone();
+        Box::new(move || sluice::cluster::quorum::MetadataQuorum::status(&*q).leader)
+    };
+    let client_listener = config
+        .listeners
+        .iter()
+        .find(|l| !config.controller_listener_names.contains(&l.name))
+        .map(|l| l.name.clone())
+        .unwrap_or_else(|| "PLAINTEXT".to_string());
+    let image = sluice::cluster::quorum::MetadataQuorum::image(&*quorum);
+    let view = sluice::cluster::view::ClusterView::new(config.node_id, image, leader, config.quorum_voters.clone(), client_listener);
+    broker.join_cluster(Arc::new(view));
+    tracing::info!(voters = ?config.quorum_voters, "member of a cluster: topics and leaders come from the metadata quorum");
+    Ok(node)
 }
 
 /// A dedicated controller (`process.roles=controller`): a voter of the metadata quorum and

@@ -278,14 +278,14 @@ fn an_authorizer_is_refused_naming_key_and_value() {
 }
 
 #[test]
-fn a_multi_node_quorum_or_a_single_role_is_refused() {
+fn a_quorum_without_this_node_or_the_broker_role_alone_is_refused() {
     let err = refused_startup(&[
         "listeners=PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{other}",
         "controller.listener.names=CONTROLLER",
         "process.roles=broker,controller",
-        "controller.quorum.voters=1@127.0.0.1:{other},2@127.0.0.1:1,3@127.0.0.1:2",
+        "controller.quorum.voters=2@127.0.0.1:{other},3@127.0.0.1:1,4@127.0.0.1:2",
     ]);
-    assert!(err.contains("Refusing configuration controller.quorum.voters=1@127.0.0.1:"), "{err}");
+    assert!(err.contains("controller.quorum.voters") && err.contains("includes this node (1@host:port)"), "{err}");
     let err = refused_startup(&["listeners=PLAINTEXT://127.0.0.1:{plain}", "process.roles=broker"]);
     assert!(err.contains("Refusing configuration process.roles=broker"), "{err}");
 }
@@ -380,4 +380,70 @@ fn strict_config_refuses_every_key_that_would_be_ignored() {
     let data = dir.path().join("plain");
     let out = sluice(&["format", "--strict-config", "--override", &format!("log.dirs={}", data.display())]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A base port P with P..P+2, P+100..P+102 and P+200..P+202 all free (dev-cluster's layout).
+fn free_port_block() -> u16 {
+    loop {
+        let base = free_port();
+        if base > 65535 - 203 {
+            continue;
+        }
+        let all_free = [0u16, 1, 2, 100, 101, 102, 200, 201, 202]
+            .iter()
+            .all(|off| std::net::TcpListener::bind(("127.0.0.1", base + off)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+}
+
+#[test]
+fn dev_cluster_starts_one_cluster_of_three_nodes_and_stops_them_all_on_sigterm() {
+    use kafka_protocol::messages::MetadataRequest;
+    let _serial = one_broker_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_block();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["dev-cluster", "3", "--dir"])
+        .arg(dir.path())
+        .args(["--port", &port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    while !printed.contains("bootstrap.servers=") {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "dev-cluster exited: {printed}");
+        printed.push_str(&line);
+    }
+    let expected = format!("bootstrap.servers=127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}", port, port + 1, port + 2);
+    assert!(printed.contains(&expected), "{printed}");
+    // Every node registers: each lists all three brokers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for node in 0..3 {
+        loop {
+            let seen = std::net::TcpStream::connect(("127.0.0.1", port + node))
+                .ok()
+                .map(|_| common::Client::connect_to(&format!("127.0.0.1:{}", port + node)).call(&MetadataRequest::default().with_topics(Some(vec![])), 12).brokers.len());
+            if seen == Some(3) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "node {} sees {seen:?} brokers", node + 1);
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{rest}");
+    for i in 1..=3 {
+        assert!(rest.contains(&format!("node {i} stopped (exit status: 0)")), "{rest}");
+    }
+    for port in [port, port + 100, port + 200] {
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "port {port} still served after the stop");
+    }
 }

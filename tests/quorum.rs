@@ -31,6 +31,8 @@ struct Controllers {
     running: BTreeMap<i32, Child>,
     /// More `key=value` settings for every node.
     extra: Vec<String>,
+    /// Each node's PLAINTEXT port when the nodes are brokers too (`process.roles=broker,controller`).
+    broker_ports: BTreeMap<i32, u16>,
 }
 
 impl Controllers {
@@ -42,7 +44,19 @@ impl Controllers {
             health_ports: (1..=n).map(|i| (i, free_port())).collect(),
             running: BTreeMap::new(),
             extra: Vec::new(),
+            broker_ports: BTreeMap::new(),
         }
+    }
+
+    /// `n` nodes that are brokers and controllers both.
+    fn combined(n: i32) -> Controllers {
+        let mut c = Controllers::new(n);
+        c.broker_ports = (1..=n).map(|i| (i, free_port())).collect();
+        c
+    }
+
+    fn broker(&self, id: i32) -> Client {
+        Client::connect_to(&format!("127.0.0.1:{}", self.broker_ports[&id]))
     }
 
     fn voters(&self) -> String {
@@ -54,11 +68,15 @@ impl Controllers {
     }
 
     fn settings(&self, id: i32) -> Vec<String> {
+        let (roles, listeners) = match self.broker_ports.get(&id) {
+            Some(port) => ("broker,controller", format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id])),
+            None => ("controller", format!("CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id])),
+        };
         [
-            "process.roles=controller".to_string(),
+            format!("process.roles={roles}"),
             format!("node.id={id}"),
             format!("controller.quorum.voters={}", self.voters()),
-            format!("listeners=CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id]),
+            format!("listeners={listeners}"),
             "controller.listener.names=CONTROLLER".to_string(),
             format!("log.dirs={}", self.data(id).display()),
             format!("metrics.listener=127.0.0.1:{}", self.health_ports[&id]),
@@ -380,4 +398,101 @@ fn brokers_register_with_the_active_controller_are_unfenced_by_heartbeats_and_fe
         assert_eq!(heartbeat(&c, new_leader, 10, epoch).error_code, 0);
     }
     assert_eq!(broker_state(&c, new_leader, 10).unwrap()["fenced"], false);
+}
+
+/// Every broker's view of the cluster, once all `n` are registered and unfenced.
+fn wait_for_brokers(c: &Controllers, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for id in c.broker_ports.keys() {
+        loop {
+            let md = c.broker(*id).call(&MetadataRequest::default().with_topics(Some(vec![])), 12);
+            if md.brokers.len() == n {
+                break;
+            }
+            assert!(Instant::now() < deadline, "broker {id} sees {:?}", md.brokers);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_broker_that_does_not_lead_a_partition_says_who_does() {
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    const NOT_COORDINATOR: i16 = 16;
+    let mut c = Controllers::combined(3);
+    for id in 1..=3 {
+        c.start(id);
+    }
+    wait_for_brokers(&c, 3);
+    let topic = "led";
+    let create = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![create_topics_request::CreatableTopic::default()
+        .with_name(common::topic_name(topic))
+        .with_num_partitions(1)
+        .with_replication_factor(3)]);
+    let created = c.broker(1).call(&create, 7);
+    assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0].error_message);
+    // Creating it again, through another broker: the controller says it exists.
+    assert_eq!(c.broker(2).call(&create, 7).topics[0].error_code, 36);
+
+    let md = c.broker(2).call(&MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(common::topic_name(topic)))])), 12);
+    let p0 = &md.topics[0].partitions[0];
+    let (leader, epoch) = (p0.leader_id.0, p0.leader_epoch);
+    assert_eq!(p0.replica_nodes.len(), 3);
+    let other = (1..=3).find(|id| *id != leader).unwrap();
+
+    let produce = |to: i32| {
+        let batch = common::encode_batch(&[common::Rec { key: Some("k".into()), value: "v".into(), timestamp: 1 }], None);
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![produce_request::TopicProduceData::default()
+            .with_name(common::topic_name(topic))
+            .with_partition_data(vec![produce_request::PartitionProduceData::default().with_index(0).with_records(Some(batch))])]);
+        c.broker(to).call(&req, 11)
+    };
+    // A non-leader refuses, naming the leader, its epoch and its endpoint (KIP-951).
+    let refused = produce(other);
+    let part = &refused.responses[0].partition_responses[0];
+    assert_eq!(part.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!((part.current_leader.leader_id.0, part.current_leader.leader_epoch), (leader, epoch));
+    assert_eq!(refused.node_endpoints.len(), 1);
+    assert_eq!((refused.node_endpoints[0].node_id.0, refused.node_endpoints[0].port), (leader, c.broker_ports[&leader] as i32));
+    // The leader appends.
+    let ok = produce(leader);
+    assert_eq!((ok.responses[0].partition_responses[0].error_code, ok.responses[0].partition_responses[0].base_offset), (0, 0));
+
+    // Reads too: Fetch and ListOffsets only from the leader.
+    let fetch = |to: i32| {
+        let req = FetchRequest::default().with_max_wait_ms(0).with_max_bytes(1 << 20).with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(common::topic_name(topic))
+            .with_partitions(vec![fetch_request::FetchPartition::default().with_partition(0).with_partition_max_bytes(1 << 20)])]);
+        c.broker(to).call(&req, 12).responses[0].partitions[0].clone()
+    };
+    assert_eq!(fetch(other).error_code, NOT_LEADER_OR_FOLLOWER);
+    let from_leader = fetch(leader);
+    assert_eq!((from_leader.error_code, from_leader.high_watermark), (0, 1));
+    let list = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+        .with_name(common::topic_name(topic))
+        .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]);
+    assert_eq!(c.broker(other).call(&list, 7).topics[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(c.broker(leader).call(&list, 7).topics[0].partitions[0].offset, 1);
+
+    // A group's coordinator is the leader of its __consumer_offsets partition, wherever asked;
+    // the others answer NOT_COORDINATOR.
+    let find = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![StrBytes::from_static_str("grp")]);
+    let mut coordinator = -1;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while coordinator < 0 {
+        for id in 1..=3 {
+            let found = c.broker(id).call(&find, 4).coordinators[0].clone();
+            if found.error_code == 0 {
+                assert!(coordinator < 0 || coordinator == found.node_id.0, "brokers disagree on the coordinator");
+                coordinator = found.node_id.0;
+                assert_eq!(found.port, c.broker_ports[&coordinator] as i32);
+            }
+        }
+        assert!(Instant::now() < deadline, "no coordinator for grp");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let not_coordinator = (1..=3).find(|id| *id != coordinator).unwrap();
+    let hb = HeartbeatRequest::default().with_group_id(StrBytes::from_static_str("grp").into()).with_member_id(StrBytes::from_static_str("m")).with_generation_id(1);
+    assert_eq!(c.broker(not_coordinator).call(&hb, 4).error_code, NOT_COORDINATOR);
+    assert_ne!(c.broker(coordinator).call(&hb, 4).error_code, NOT_COORDINATOR);
 }

@@ -20,10 +20,15 @@ pub async fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest)
             .with_endpoint_type(req.endpoint_type);
     }
     let brokers = broker
-        .advertised()
+        .live_brokers()
         .into_iter()
-        .take(1)
-        .map(|e| DescribeClusterBroker::default().with_broker_id(BrokerId(broker.node_id)).with_host(str_bytes(&e.host)).with_port(e.port as i32))
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port as i32)
+                .with_rack(b.rack.as_deref().map(str_bytes))
+        })
         .collect();
     DescribeClusterResponse::default()
         .with_endpoint_type(if ctx.api_version >= 1 { req.endpoint_type } else { 1 })
@@ -33,11 +38,26 @@ pub async fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest)
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }
 
+/// DescribeQuorum: a member of a cluster forwards it to the active controller, as Kafka's
+/// brokers do (`kafka-metadata-quorum --bootstrap-server`); a single node answers
+/// UNSUPPORTED_VERSION (it does not list the API).
+pub async fn describe_quorum(ctx: &RequestContext, req: DescribeQuorumRequest) -> DescribeQuorumResponse {
+    let Some(view) = ctx.broker.cluster() else {
+        return DescribeQuorumResponse::default().with_error_code(ResponseError::UnsupportedVersion.code());
+    };
+    match view.call_controller(&req, ctx.api_version).await {
+        Ok(resp) => resp,
+        Err(e) => DescribeQuorumResponse::default()
+            .with_error_code(ResponseError::RequestTimedOut.code())
+            .with_error_message(Some(str_bytes(&format!("the active controller did not answer: {e}")))),
+    }
+}
+
 pub async fn describe_topic_partitions(ctx: &RequestContext, req: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse {
     let broker = &ctx.broker;
     let limit = req.response_partition_limit.clamp(1, 2000) as usize;
     let mut names: Vec<String> = if req.topics.is_empty() {
-        broker.all_topics().iter().map(|t| t.name.to_string()).collect()
+        broker.all_topic_infos().into_iter().map(|t| t.name).collect()
     } else {
         req.topics.iter().map(|t| t.name.0.to_string()).collect()
     };
@@ -47,7 +67,7 @@ pub async fn describe_topic_partitions(ctx: &RequestContext, req: DescribeTopicP
         Some(c) => (Some(c.topic_name.0.to_string()), c.partition_index.max(0) as usize),
         None => (None, 0),
     };
-    let node = BrokerId(broker.node_id);
+    let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     let mut topics = Vec::new();
     let mut budget = limit;
     let mut next_cursor = None;
@@ -57,7 +77,7 @@ pub async fn describe_topic_partitions(ctx: &RequestContext, req: DescribeTopicP
                 continue;
             }
         }
-        let Some(topic) = broker.topic(&name) else {
+        let Some(topic) = broker.topic_info(&name) else {
             topics.push(
                 DescribeTopicPartitionsResponseTopic::default()
                     .with_name(Some(topic_name(&name)))
@@ -80,13 +100,15 @@ pub async fn describe_topic_partitions(ctx: &RequestContext, req: DescribeTopicP
             budget -= 1;
             partitions.push(
                 DescribeTopicPartitionsResponsePartition::default()
+                    .with_error_code(if p.leader < 0 { ResponseError::LeaderNotAvailable.code() } else { 0 })
                     .with_partition_index(p.index)
-                    .with_leader_id(node)
+                    .with_leader_id(BrokerId(p.leader))
                     .with_leader_epoch(p.leader_epoch)
-                    .with_replica_nodes(vec![node])
-                    .with_isr_nodes(vec![node])
-                    .with_eligible_leader_replicas(Some(vec![]))
-                    .with_last_known_elr(Some(vec![])),
+                    .with_replica_nodes(ids(&p.replicas))
+                    .with_isr_nodes(ids(&p.isr))
+                    .with_offline_replicas(ids(&p.offline))
+                    .with_eligible_leader_replicas(Some(ids(&p.eligible_leader_replicas)))
+                    .with_last_known_elr(Some(ids(&p.last_known_elr))),
             );
         }
         topics.push(

@@ -56,10 +56,10 @@ fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
         Ok(p) => p,
         Err(e) => return Outcome::error(*e),
     };
-    if w.current_leader_epoch >= 0 && w.current_leader_epoch > p.leader_epoch {
+    if w.current_leader_epoch >= 0 && w.current_leader_epoch > p.leader_epoch() {
         return Outcome::error(ResponseError::UnknownLeaderEpoch);
     }
-    if w.current_leader_epoch >= 0 && w.current_leader_epoch < p.leader_epoch {
+    if w.current_leader_epoch >= 0 && w.current_leader_epoch < p.leader_epoch() {
         return Outcome::error(ResponseError::FencedLeaderEpoch);
     }
     let hw = p.high_watermark();
@@ -131,16 +131,16 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     let mut requested: Vec<(PartitionKey, SessionPartition)> = Vec::new();
     let mut unresolved: Vec<(Uuid, String, i32, ResponseError)> = Vec::new();
     for t in &req.topics {
-        let topic = if uses_ids { broker.topic_by_id(t.topic_id) } else { broker.topic(&t.topic) };
-        let name = match (&topic, uses_ids) {
-            (Some(topic), _) => topic.name.to_string(),
+        let name = if uses_ids { broker.topic_name_of(t.topic_id) } else { Some(t.topic.0.to_string()) };
+        let name = match (name, uses_ids) {
+            (Some(name), _) => name,
             (None, true) => {
                 for p in &t.partitions {
                     unresolved.push((t.topic_id, String::new(), p.partition, ResponseError::UnknownTopicId));
                 }
                 continue;
             }
-            (None, false) => t.topic.0.to_string(),
+            (None, false) => unreachable!("named topics always have a name"),
         };
         for p in &t.partitions {
             requested.push((
@@ -160,7 +160,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
         .iter()
         .flat_map(|f| {
             let name = if uses_ids {
-                broker.topic_by_id(f.topic_id).map(|t| t.name.to_string()).unwrap_or_default()
+                broker.topic_name_of(f.topic_id).unwrap_or_default()
             } else {
                 f.topic.0.to_string()
             };
@@ -186,10 +186,13 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
         .into_iter()
         .map(|(key, sp)| {
             let topic = broker.topic(&key.0);
-            let partition = match &topic {
-                Some(t) => t.partition(key.1).cloned().ok_or(ResponseError::UnknownTopicOrPartition),
-                None if uses_ids => Err(ResponseError::UnknownTopicId),
-                None => Err(ResponseError::UnknownTopicOrPartition),
+            let partition = match (&topic, broker.not_leader(&key.0, key.1)) {
+                // In a cluster, only the leader serves a partition's records.
+                (_, Some(nl)) if nl.unknown() => Err(ResponseError::UnknownTopicOrPartition),
+                (_, Some(_)) => Err(ResponseError::NotLeaderOrFollower),
+                (Some(t), None) => t.partition(key.1).cloned().ok_or(ResponseError::UnknownTopicOrPartition),
+                (None, None) if uses_ids => Err(ResponseError::UnknownTopicId),
+                (None, None) => Err(ResponseError::UnknownTopicOrPartition),
             };
             Wanted {
                 topic_id: topic.map(|t| t.id).unwrap_or_default(),

@@ -52,13 +52,17 @@ pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                         .with_partition_index(rp.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1);
+                    if let Some(nl) = broker.not_leader(&t.name.0, rp.partition_index) {
+                        let code = if nl.unknown() { ResponseError::UnknownTopicOrPartition } else { ResponseError::NotLeaderOrFollower };
+                        return resp.with_error_code(code.code());
+                    }
                     let Some(p) = topic.as_ref().and_then(|t| t.partition(rp.partition_index)) else {
                         return resp.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
-                    if rp.current_leader_epoch >= 0 && rp.current_leader_epoch > p.leader_epoch {
+                    if rp.current_leader_epoch >= 0 && rp.current_leader_epoch > p.leader_epoch() {
                         return resp.with_error_code(ResponseError::UnknownLeaderEpoch.code());
                     }
-                    if rp.current_leader_epoch >= 0 && rp.current_leader_epoch < p.leader_epoch {
+                    if rp.current_leader_epoch >= 0 && rp.current_leader_epoch < p.leader_epoch() {
                         return resp.with_error_code(ResponseError::FencedLeaderEpoch.code());
                     }
                     match lookup(p, rp.timestamp) {
@@ -66,7 +70,7 @@ pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                             let resp = resp.with_offset(offset).with_timestamp(ts);
                             // leader_epoch exists from v4; older versions must leave the default.
                             if offset >= 0 && version >= 4 {
-                                resp.with_leader_epoch(p.leader_epoch)
+                                resp.with_leader_epoch(p.leader_epoch())
                             } else {
                                 resp.with_leader_epoch(-1)
                             }

@@ -7,33 +7,36 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, topic_name, RequestContext};
-use crate::broker::{Broker, Topic, TopicError};
+use crate::broker::cluster::TopicInfo;
+use crate::broker::{Broker, TopicError};
 
 /// Kafka's "authorized operations not requested" marker.
 pub const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
-pub fn response_partitions(broker: &Broker, topic: &Topic) -> Vec<MetadataResponsePartition> {
-    let node = BrokerId(broker.node_id);
+pub fn response_partitions(topic: &TopicInfo) -> Vec<MetadataResponsePartition> {
+    let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     topic
         .partitions
         .iter()
         .map(|p| {
             MetadataResponsePartition::default()
+                .with_error_code(if p.leader < 0 { ResponseError::LeaderNotAvailable.code() } else { 0 })
                 .with_partition_index(p.index)
-                .with_leader_id(node)
+                .with_leader_id(BrokerId(p.leader))
                 .with_leader_epoch(p.leader_epoch)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_replica_nodes(ids(&p.replicas))
+                .with_isr_nodes(ids(&p.isr))
+                .with_offline_replicas(ids(&p.offline))
         })
         .collect()
 }
 
-fn topic_response(ctx: &RequestContext, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
+fn topic_response(topic: &TopicInfo, include_ops: bool) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&topic.name)))
         .with_topic_id(topic.id)
         .with_is_internal(topic.internal)
-        .with_partitions(response_partitions(&ctx.broker, topic))
+        .with_partitions(response_partitions(topic))
         .with_topic_authorized_operations(if include_ops { all_topic_operations() } else { AUTHORIZED_OPERATIONS_OMITTED })
 }
 
@@ -50,9 +53,9 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
     let mut topics = Vec::new();
     match req.topics {
         // v0 used an empty list for "all"; v1+ uses null.
-        None => topics.extend(broker.all_topics().iter().map(|t| topic_response(ctx, t, include_ops))),
+        None => topics.extend(broker.all_topic_infos().iter().map(|t| topic_response(t, include_ops))),
         Some(list) if list.is_empty() && v == 0 => {
-            topics.extend(broker.all_topics().iter().map(|t| topic_response(ctx, t, include_ops)))
+            topics.extend(broker.all_topic_infos().iter().map(|t| topic_response(t, include_ops)))
         }
         Some(list) => {
             let auto_create = broker.config.auto_create_topics_enable && (v < 4 || req.allow_auto_topic_creation);
@@ -62,9 +65,9 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
                 let by_name = requested.name.as_ref().filter(|n| !n.0.is_empty() || requested.topic_id.is_nil());
                 let name = match (by_name, requested.topic_id.is_nil()) {
                     (Some(n), _) => n.0.to_string(),
-                    (None, false) => match broker.topic_by_id(requested.topic_id) {
+                    (None, false) => match broker.topic_info_by_id(requested.topic_id) {
                         Some(t) => {
-                            topics.push(topic_response(ctx, &t, include_ops));
+                            topics.push(topic_response(&t, include_ops));
                             continue;
                         }
                         None => {
@@ -81,24 +84,34 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
                         continue;
                     }
                 };
-                if let Some(t) = broker.topic(&name) {
-                    topics.push(topic_response(ctx, &t, include_ops));
+                if let Some(t) = broker.topic_info(&name) {
+                    topics.push(topic_response(&t, include_ops));
                     continue;
                 }
                 let error = if crate::metadata::validate_topic_name(&name).is_err() {
                     ResponseError::InvalidTopicException
+                } else if auto_create && broker.cluster().is_some() {
+                    // The controller creates it; clients retry on LEADER_NOT_AVAILABLE, as
+                    // with Kafka, until this broker's image has it.
+                    if let Err(e) = super::topics::forward_create(broker, &name, -1, -1, Default::default()).await {
+                        tracing::warn!(topic = %name, error = %e, "auto-creating topic failed");
+                    }
+                    ResponseError::LeaderNotAvailable
                 } else if auto_create {
                     let (b, n) = (broker.clone(), name.clone());
                     match super::off_runtime(move || b.create_topic(&n, -1, -1, Default::default())).await {
                         // Kafka answers LEADER_NOT_AVAILABLE for a topic it just created; clients
                         // retry. We can serve at once, so return the topic itself.
-                        Ok(t) => {
-                            topics.push(topic_response(ctx, &t, include_ops));
-                            continue;
-                        }
-                        Err(TopicError::AlreadyExists(_)) => match broker.topic(&name) {
+                        Ok(_) => match broker.topic_info(&name) {
                             Some(t) => {
-                                topics.push(topic_response(ctx, &t, include_ops));
+                                topics.push(topic_response(&t, include_ops));
+                                continue;
+                            }
+                            None => ResponseError::LeaderNotAvailable,
+                        },
+                        Err(TopicError::AlreadyExists(_)) => match broker.topic_info(&name) {
+                            Some(t) => {
+                                topics.push(topic_response(&t, include_ops));
                                 continue;
                             }
                             None => ResponseError::LeaderNotAvailable,
@@ -123,6 +136,8 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
     MetadataResponse::default()
         .with_brokers(brokers(broker))
         .with_cluster_id(Some(str_bytes(&broker.cluster_id)))
+        // In KRaft mode Kafka names a live broker here (clients send admin requests to it and it
+        // forwards them); this one is live.
         .with_controller_id(BrokerId(broker.node_id))
         .with_topics(topics)
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
@@ -130,14 +145,14 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
 
 fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
     broker
-        .advertised()
+        .live_brokers()
         .into_iter()
-        .take(1)
-        .map(|e| {
+        .map(|b| {
             MetadataResponseBroker::default()
-                .with_node_id(BrokerId(broker.node_id))
-                .with_host(str_bytes(&e.host))
-                .with_port(e.port as i32)
+                .with_node_id(BrokerId(b.id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port as i32)
+                .with_rack(b.rack.as_deref().map(str_bytes))
         })
         .collect()
 }

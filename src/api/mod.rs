@@ -143,6 +143,7 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
         AlterConfigs => AlterConfigsRequest,
         IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
         DescribeCluster => DescribeClusterRequest,
+        DescribeQuorum => DescribeQuorumRequest,
         DescribeTopicPartitions => DescribeTopicPartitionsRequest,
         DescribeLogDirs => DescribeLogDirsRequest,
         SaslHandshake => SaslHandshakeRequest,
@@ -215,6 +216,7 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
             handle_with!(ctx, body, IncrementalAlterConfigsRequest, configs::incremental_alter_configs)
         }
         ApiKey::DescribeCluster => handle_with!(ctx, body, DescribeClusterRequest, describe::describe_cluster),
+        ApiKey::DescribeQuorum => handle_with!(ctx, body, DescribeQuorumRequest, describe::describe_quorum),
         ApiKey::DescribeTopicPartitions => {
             handle_with!(ctx, body, DescribeTopicPartitionsRequest, describe::describe_topic_partitions)
         }

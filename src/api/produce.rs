@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::produce_response::*;
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 
 use super::{str_bytes, Dispatch, RequestContext};
@@ -143,6 +143,8 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
     let sync = req.acks == -1;
     let mut to_sync = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
+    // Leaders named in NOT_LEADER_OR_FOLLOWER answers, whose endpoints go with the response.
+    let mut leaders: Vec<i32> = Vec::new();
     for topic_data in req.topic_data {
         let name = topic_data.name.0.to_string();
         let topic = broker.topic(&name);
@@ -154,7 +156,21 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let partition = topic.as_ref().and_then(|t| t.partition(pd.index).cloned());
-            let result = if !acks_valid {
+            let not_leader = broker.not_leader(&name, pd.index);
+            let result = if let Some(nl) = not_leader {
+                if nl.unknown() {
+                    Err((ResponseError::UnknownTopicOrPartition, String::new()))
+                } else {
+                    // KIP-951: tell the client who leads, so it need not refresh its metadata.
+                    resp = resp.with_current_leader(
+                        LeaderIdAndEpoch::default().with_leader_id(BrokerId(nl.leader)).with_leader_epoch(nl.leader_epoch),
+                    );
+                    if nl.leader >= 0 && !leaders.contains(&nl.leader) {
+                        leaders.push(nl.leader);
+                    }
+                    Err((ResponseError::NotLeaderOrFollower, String::new()))
+                }
+            } else if !acks_valid {
                 Err((ResponseError::InvalidRequiredAcks, String::new()))
             } else if transactional {
                 Err((ResponseError::InvalidTxnState, "transactions are not supported yet".to_string()))
@@ -213,7 +229,18 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
         }
         responses.push(TopicProduceResponse::default().with_name(topic_data.name).with_partition_responses(partition_responses));
     }
-    Written { response: ProduceResponse::default().with_responses(responses), to_sync }
+    let node_endpoints = leaders
+        .into_iter()
+        .filter_map(|id| broker.broker_info(id))
+        .map(|b| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port as i32)
+                .with_rack(b.rack.as_deref().map(str_bytes))
+        })
+        .collect();
+    Written { response: ProduceResponse::default().with_responses(responses).with_node_endpoints(node_endpoints), to_sync }
 }
 
 /// The first non-zero error code in a response (acks=0 closes the connection on errors).

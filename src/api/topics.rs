@@ -9,6 +9,8 @@ use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
+use std::sync::Arc;
+
 use super::{str_bytes, topic_name, RequestContext};
 use crate::broker::{error_chain, Broker, TopicError};
 
@@ -68,20 +70,24 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
             }
             partitions = t.assignments.len() as i32;
             rf = t.assignments[0].broker_ids.len() as i16;
-            if t.assignments.iter().any(|a| a.broker_ids.iter().any(|b| b.0 != broker.node_id)) {
+            if broker.cluster().is_none() && t.assignments.iter().any(|a| a.broker_ids.iter().any(|b| b.0 != broker.node_id)) {
                 result.error_code = ResponseError::InvalidReplicaAssignment.code();
                 result.error_message = Some(str_bytes("Replica assignment names a broker that is not registered."));
                 results.push(result);
                 continue;
             }
         }
-        let outcome = if req.validate_only {
-            broker.check_create(&name, partitions, rf, &configs).map(|(p, r)| (p, r, None))
+        let outcome = if broker.cluster().is_some() {
+            let one = CreateTopicsRequest::default().with_topics(vec![t.clone()]).with_validate_only(req.validate_only).with_timeout_ms(req.timeout_ms);
+            forward_creation(broker, one).await
+        } else if req.validate_only {
+            broker.check_create(&name, partitions, rf, &configs).map(|(p, r)| (p, r, None)).map_err(topic_failure)
         } else {
             let (b, n, c) = (broker.clone(), name.clone(), configs.clone());
             super::off_runtime(move || b.create_topic(&n, partitions, rf, c))
                 .await
                 .map(|t| (t.partitions.len() as i32, 1, Some(t.id)))
+                .map_err(topic_failure)
         };
         match outcome {
             Ok((p, r, id)) => {
@@ -105,9 +111,9 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                         .collect()
                 });
             }
-            Err(e) => {
-                result.error_code = topic_error_code(&e).code();
-                result.error_message = Some(str_bytes(&e.to_string()));
+            Err((code, message)) => {
+                result.error_code = code;
+                result.error_message = Some(str_bytes(&message));
             }
         }
         results.push(result);
@@ -115,10 +121,87 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
     CreateTopicsResponse::default().with_topics(results)
 }
 
+fn topic_failure(e: TopicError) -> (i16, String) {
+    (topic_error_code(&e).code(), e.to_string())
+}
+
+/// How long a forwarded creation waits for this broker's image (and local logs) to have the
+/// new topic, so that the client's next request finds it here.
+const CREATED_VISIBLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sends a one-topic CreateTopics to the active controller (a cluster member's creations go
+/// there): (partitions, replication factor, topic id) or Kafka's error code and message.
+async fn forward_creation(broker: &Arc<Broker>, req: CreateTopicsRequest) -> Result<(i32, i16, Option<uuid::Uuid>), (i16, String)> {
+    let view = broker.cluster().expect("called in a cluster");
+    let validate_only = req.validate_only;
+    let resp = view
+        .call_controller(&req, 7)
+        .await
+        .map_err(|e| (ResponseError::RequestTimedOut.code(), format!("the active controller did not answer: {e}")))?;
+    let Some(r) = resp.topics.into_iter().next() else {
+        return Err((ResponseError::UnknownServerError.code(), "the controller answered for no topic".into()));
+    };
+    if r.error_code != 0 {
+        return Err((r.error_code, r.error_message.map(|m| m.to_string()).unwrap_or_default()));
+    }
+    if !validate_only {
+        let name = r.name.0.to_string();
+        let deadline = tokio::time::Instant::now() + CREATED_VISIBLE_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            let hosted = broker.topic_info(&name).is_some_and(|t| t.partitions.iter().all(|p| !p.replicas.contains(&broker.node_id)))
+                || broker.topic(&name).is_some_and(|t| t.id == r.topic_id);
+            if hosted {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    Ok((r.num_partitions, r.replication_factor, (!validate_only).then_some(r.topic_id)))
+}
+
+/// Asks the controller to create `name` with these counts (-1: the defaults), as auto-creation
+/// does in a cluster.
+pub async fn forward_create(
+    broker: &Arc<Broker>,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+) -> Result<(), String> {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    let topic = CreatableTopic::default()
+        .with_name(topic_name(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication_factor)
+        .with_configs(configs.iter().map(|(k, v)| CreatableTopicConfig::default().with_name(str_bytes(k)).with_value(Some(str_bytes(v)))).collect());
+    forward_creation(broker, CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000))
+        .await
+        .map(drop)
+        .map_err(|(code, message)| format!("error code {code}: {message}"))
+}
+
 /// Deleting removes the partitions' files (gigabytes of segments for a large topic), so it runs
 /// on the blocking pool ([`super::off_runtime`]).
 pub async fn delete_topics(ctx: &RequestContext, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let broker = ctx.broker.clone();
+    if let Some(view) = broker.cluster() {
+        // The controller deletes; every broker then removes its local logs (broker::cluster).
+        let version = ctx.api_version.min(6);
+        return match view.call_controller(&req, version).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::warn!(error = %e, "forwarding DeleteTopics to the controller failed");
+                let mut names: Vec<TopicName> = req.topic_names.clone();
+                names.extend(req.topics.iter().filter_map(|t| t.name.clone()));
+                DeleteTopicsResponse::default().with_responses(
+                    names
+                        .into_iter()
+                        .map(|n| DeletableTopicResult::default().with_name(Some(n)).with_error_code(ResponseError::RequestTimedOut.code()))
+                        .collect(),
+                )
+            }
+        };
+    }
     super::off_runtime(move || delete_topics_blocking(&broker, req)).await
 }
 

@@ -55,11 +55,17 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::ListPartitionReassignments, 0, 0),
     s(ApiKey::OffsetDelete, 0, 0),
     s(ApiKey::DescribeCluster, 0, 1),
+    s(ApiKey::DescribeQuorum, 0, 2),
     s(ApiKey::DescribeProducers, 0, 0),
     s(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     s(ApiKey::ConsumerGroupDescribe, 0, 1),
     s(ApiKey::DescribeTopicPartitions, 0, 0),
 ];
+
+/// APIs served only by a member of a cluster (a single node does not list them).
+pub fn cluster_only(key: ApiKey) -> bool {
+    key == ApiKey::DescribeQuorum
+}
 
 /// Versions advertised but refused (Kafka 4.x removed Produce v0-v2, KIP-896).
 pub fn is_refused(key: ApiKey, version: i16) -> bool {

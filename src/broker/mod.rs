@@ -29,6 +29,7 @@
 
 pub mod boot;
 pub mod cleaner;
+pub mod cluster;
 pub mod retention;
 
 use std::collections::{BTreeMap, HashMap};
@@ -130,6 +131,9 @@ pub struct Broker {
     checkpoint_lock: Mutex<()>,
     /// Traffic counters, connection count and the group view behind `/metrics`.
     pub metrics: Arc<crate::metrics::BrokerMetrics>,
+    /// Set when this broker is a member of a multi-node cluster: topics, partitions and their
+    /// leaders come from the cluster's metadata image (see `cluster`).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::view::ClusterView>>,
 }
 
 /// Whether [`Broker::open_partition`] is creating the partition, and how durably.
@@ -205,6 +209,7 @@ impl Broker {
             start_offsets: Mutex::new(HashMap::new()),
             checkpoint_lock: Mutex::new(()),
             metrics: Arc::default(),
+            cluster: std::sync::OnceLock::new(),
             config,
         };
         broker.read_start_offsets();
@@ -248,7 +253,8 @@ impl Broker {
                 .map_err(|source| MetadataError::Io { op: "list log dir", path: dir.clone(), source })?;
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().to_string();
-                if !entry.path().is_dir() || name.starts_with("__cluster_metadata") {
+                // A Kafka dir's metadata log, and the metadata quorum's files of a cluster member.
+                if !entry.path().is_dir() || name.starts_with("__cluster_metadata") || name == "__sluice_metadata" {
                     continue;
                 }
                 match log::parse_partition_dir_name(&name) {
@@ -544,7 +550,19 @@ impl Broker {
         Ok((partitions, rf))
     }
 
-    /// Creates a topic (after `check_create`). Returns the published topic.
+    /// The cluster this broker is a member of; `None` for a single node.
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::view::ClusterView>> {
+        self.cluster.get()
+    }
+
+    /// Makes this broker a cluster member (once, before it serves).
+    pub fn join_cluster(&self, view: Arc<crate::cluster::view::ClusterView>) {
+        let _ = self.cluster.set(view);
+    }
+
+    /// Creates a topic (after `check_create`). Returns the published topic. In a cluster only
+    /// the controller creates topics; brokers make their local logs from the metadata image
+    /// (`cluster::sync_topics`).
     pub fn create_topic(
         &self,
         name: &str,
@@ -552,7 +570,24 @@ impl Broker {
         replication_factor: i16,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>, TopicError> {
+        if self.cluster().is_some() {
+            return Err(TopicError::Storage(format!(
+                "topic {name} must be created through the controller: this broker is a member of a cluster"
+            )));
+        }
         let (partitions, _) = self.check_create(name, num_partitions, replication_factor, &configs)?;
+        self.create_local_topic(name, metadata::random_kafka_uuid(), partitions, configs)
+    }
+
+    /// Makes a topic's local logs: those of a new single-node topic, or of a topic the
+    /// cluster's metadata image holds (its id and partition count; `configs` its overrides).
+    pub fn create_local_topic(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, TopicError> {
         // Serialise creations so two racing creates of one name cannot both pass the check.
         let mut store = self.topic_configs.lock();
         if self.topic(name).is_some() {
@@ -560,7 +595,6 @@ impl Broker {
         }
         store.set(name, configs.clone()).map_err(|e| TopicError::Storage(e.to_string()))?;
         drop(store);
-        let id = metadata::random_kafka_uuid();
         let topic_name: Arc<str> = Arc::from(name);
         let log_config = topic_config::log_config(&topic_config::effective(&self.topic_defaults.read(), &configs));
         let parts = self
@@ -577,6 +611,12 @@ impl Broker {
         if !self.config.delete_topic_enable {
             return Err(TopicError::DeletionDisabled);
         }
+        self.remove_local_topic(topic)
+    }
+
+    /// Removes a topic's local logs and committed offsets, unchecked: in a cluster the
+    /// controller decided the deletion (`cluster::sync_topics`).
+    pub fn remove_local_topic(&self, topic: &Arc<Topic>) -> Result<(), TopicError> {
         {
             let mut t = self.topics.write();
             if t.by_name.remove(topic.name.as_ref()).is_none() {

@@ -64,6 +64,7 @@ pub mod codes {
     pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
     pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
     pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const NOT_CONTROLLER: i16 = 41;
     pub const INVALID_REQUEST: i16 = 42;
@@ -312,6 +313,12 @@ impl Controller {
             }));
         }
         Ok(out)
+    }
+
+    /// Records for DeleteTopics of one topic.
+    pub fn delete_topic(&self, image: &MetadataImage, name: &str) -> Result<Vec<VersionedRecord>, Refusal> {
+        let id = image.topic_ids.get(name).ok_or_else(|| refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."))?;
+        Ok(vec![versioned(MetadataRecord::RemoveTopic { topic_id: *id })])
     }
 
     /// Records that give each partition back to its preferred (first) replica where it can lead.

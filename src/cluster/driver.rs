@@ -19,13 +19,16 @@
 //! NOT_CONTROLLER or REQUEST_TIMED_OUT; nothing half-done stays behind since a batch commits
 //! whole or not at all. Timer work that fails is logged and retried at the next tick.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
+use uuid::Uuid;
 
 use super::controller::{codes, Controller, Heartbeat, HeartbeatReply, Refusal, Registration};
 use super::image::MetadataImage;
+use super::placement::Start;
 use super::quorum::{MetadataQuorum, QuorumError};
 use super::records::{MetadataRecord, RegisterController, VersionedRecord};
 
@@ -115,6 +118,41 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         Ok(reply)
     }
 
+    /// CreateTopics of one topic (defaults already resolved): the new topic's id, or nothing
+    /// written when `validate_only`.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        assignments: &BTreeMap<i32, Vec<i32>>,
+        configs: &BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Uuid, Refusal> {
+        let state = self.lead().await?;
+        let image = self.image();
+        let unfenced = image.brokers.values().filter(|b| !b.fenced).count();
+        let records = state.core.create_topic(&image, name, partitions, replication_factor, assignments, configs, Start::random(unfenced))?;
+        let id = match records.first().map(|r| &r.record) {
+            Some(MetadataRecord::Topic { topic_id, .. }) => *topic_id,
+            _ => return Err(Refusal { code: codes::INVALID_REQUEST, message: "no topic record was made".into() }),
+        };
+        if !validate_only {
+            self.propose(records).await?;
+            tracing::info!(topic = name, partitions = partitions.max(assignments.len() as i32), "created topic");
+        }
+        Ok(id)
+    }
+
+    /// DeleteTopics of one topic.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), Refusal> {
+        let state = self.lead().await?;
+        let records = state.core.delete_topic(&self.image(), name)?;
+        self.propose(records).await?;
+        tracing::info!(topic = name, "deleted topic");
+        Ok(())
+    }
+
     /// One timer round; returns whether this node leads.
     pub async fn tick(&self) -> bool {
         let Ok(mut state) = self.lead().await else { return false };
@@ -195,7 +233,6 @@ mod tests {
     use crate::cluster::quorum::{QuorumStatus, VoterStatus};
     use parking_lot::Mutex as PlMutex;
     use tokio::sync::watch;
-    use uuid::Uuid;
 
     /// A one-node quorum in memory: proposals apply at once.
     struct Local {

@@ -9,6 +9,8 @@
 //! | DescribeQuorum 0-2 | on the active controller: leader, epoch (the Raft term), high watermark, voters' log end offsets and last-answer times, voters' endpoints; elsewhere NOT_LEADER_OR_FOLLOWER |
 //! | BrokerRegistration 0-4 | a new broker epoch, or DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID, NOT_CONTROLLER |
 //! | BrokerHeartbeat 0-1 | fenced / caught up / may shut down, or STALE_BROKER_EPOCH, BROKER_ID_NOT_REGISTERED, NOT_CONTROLLER |
+//! | CreateTopics 2-7 | per topic: its id, partitions and replication factor (placed across the unfenced brokers), or Kafka's error; brokers forward their clients' creations here |
+//! | DeleteTopics 1-6 | per topic, by name |
 //!
 //! Offsets in DescribeQuorum count Raft log entries (one entry is one proposal of one or more
 //! metadata records), where Kafka's count records; the lag between voters means the same.
@@ -47,6 +49,8 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::BrokerHeartbeat, 0, 1),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -67,6 +71,10 @@ pub struct ControllerApi<Q> {
     /// The controller listener's name (`CONTROLLER`), as voters' endpoints are listed.
     pub listener_name: String,
     pub voters: BTreeMap<i32, VoterEndpoint>,
+    /// `num.partitions` and `default.replication.factor`, for CreateTopics that leave them -1.
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub delete_topic_enable: bool,
 }
 
 impl<Q: MetadataQuorum + 'static> ClientFrames for ControllerApi<Q> {
@@ -127,6 +135,14 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             ApiKey::BrokerHeartbeat => {
                 let req = decode!(BrokerHeartbeatRequest);
                 respond(correlation_id, version, &self.broker_heartbeat(&req).await)
+            }
+            ApiKey::CreateTopics => {
+                let req = decode!(CreateTopicsRequest);
+                respond(correlation_id, version, &self.create_topics(req).await)
+            }
+            ApiKey::DeleteTopics => {
+                let req = decode!(DeleteTopicsRequest);
+                respond(correlation_id, version, &self.delete_topics(req).await)
             }
             other => Err(format!("{other:?} is not served on the controller listener")),
         }
@@ -283,5 +299,81 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
                 .with_should_shut_down(reply.should_shut_down),
             Err(refusal) => BrokerHeartbeatResponse::default().with_error_code(refusal.code).with_is_fenced(true),
         }
+    }
+
+    async fn create_topics(&self, req: CreateTopicsRequest) -> CreateTopicsResponse {
+        use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+        let mut results = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let name = t.name.0.to_string();
+            let result = CreatableTopicResult::default().with_name(t.name.clone()).with_num_partitions(-1).with_replication_factor(-1);
+            let mut configs = BTreeMap::new();
+            let mut bad_config = None;
+            for c in &t.configs {
+                let Some(v) = &c.value else { continue };
+                if let Err(e) = crate::config::topic::validate(&c.name, v) {
+                    bad_config = Some(match crate::config::topic::lookup(&c.name) {
+                        None => format!("Unknown topic config name: {}", c.name.as_str()),
+                        Some(_) => e.to_string(),
+                    });
+                }
+                configs.insert(c.name.to_string(), v.to_string());
+            }
+            if let Some(message) = bad_config {
+                results.push(result.with_error_code(kafka_protocol::ResponseError::InvalidConfig.code()).with_error_message(Some(str_bytes(&message))));
+                continue;
+            }
+            let assignments: BTreeMap<i32, Vec<i32>> =
+                t.assignments.iter().map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect())).collect();
+            let partitions = if t.num_partitions == -1 { self.num_partitions } else { t.num_partitions };
+            let rf = if t.replication_factor == -1 { self.default_replication_factor } else { t.replication_factor };
+            if assignments.is_empty() && rf <= 0 {
+                results.push(
+                    result
+                        .with_error_code(codes::INVALID_REPLICATION_FACTOR)
+                        .with_error_message(Some(str_bytes("Replication factor must be larger than 0."))),
+                );
+                continue;
+            }
+            match self.controller.create_topic(&name, partitions, rf, &assignments, &configs, req.validate_only).await {
+                Ok(id) => {
+                    let (p, r) = match assignments.get(&0) {
+                        Some(first) => (assignments.len() as i32, first.len() as i16),
+                        None => (partitions, rf),
+                    };
+                    results.push(result.with_topic_id(id).with_num_partitions(p).with_replication_factor(r));
+                }
+                Err(refusal) => {
+                    results.push(result.with_error_code(refusal.code).with_error_message(Some(str_bytes(&refusal.message))))
+                }
+            }
+        }
+        CreateTopicsResponse::default().with_topics(results)
+    }
+
+    async fn delete_topics(&self, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+        use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+        let names: Vec<TopicName> = if !req.topics.is_empty() {
+            req.topics.iter().filter_map(|t| t.name.clone()).collect()
+        } else {
+            req.topic_names.clone()
+        };
+        let mut results = Vec::with_capacity(names.len());
+        for name in names {
+            let result = DeletableTopicResult::default().with_name(Some(name.clone()));
+            if !self.delete_topic_enable {
+                results.push(result.with_error_code(kafka_protocol::ResponseError::TopicDeletionDisabled.code()));
+                continue;
+            }
+            let image = self.controller.quorum().image().borrow().clone();
+            let id = image.topic_ids.get(name.0.as_str()).copied().unwrap_or_default();
+            match self.controller.delete_topic(name.0.as_str()).await {
+                Ok(()) => results.push(result.with_topic_id(id)),
+                Err(refusal) => {
+                    results.push(result.with_error_code(refusal.code).with_error_message(Some(str_bytes(&refusal.message))))
+                }
+            }
+        }
+        DeleteTopicsResponse::default().with_responses(results)
     }
 }

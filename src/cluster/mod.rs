@@ -16,14 +16,16 @@
 //!   heartbeats, session expiry, bootstrap records) while this node leads.
 //! - [`kafka_api`]: the Kafka protocol on the controller listener (ApiVersions,
 //!   DescribeCluster, DescribeQuorum, BrokerRegistration, BrokerHeartbeat).
-//! - [`node`]: a dedicated controller process (`process.roles=controller`), a voter of the
-//!   quorum serving no data.
+//! - [`node`]: a voter with its controller listener: a dedicated controller process
+//!   (`process.roles=controller`), or the controller half of a combined node.
+//! - [`view`]: the cluster as a broker sees it (the image, the active controller, a client for
+//!   requests to it); [`lifecycle`]: a broker's registration, heartbeats and controlled
+//!   shutdown.
 //!
-//! Not here yet (issue "A sluice cluster"): the broker side — registering and heartbeating,
-//! controlled shutdown, reading its topics and partitions from the image instead of from its
-//! single-node files — and forwarding admin requests to the controller. Today the broker does
-//! not use this layer at run time; the `sluice metadata-image` command reads a Kafka KRaft
-//! metadata log with it.
+//! A broker that is a cluster member (`crate::broker::cluster`) answers from the image and keeps
+//! its local logs in line with it. Not here yet (issue "A sluice cluster"): brokers that only
+//! observe the quorum, CreatePartitions and config changes through the controller, preferred
+//! leader rebalancing, and the single node's own files moving into the metadata log.
 //!
 //! # Failure behaviour
 //! A record that cannot be decoded, or that does not apply to the image (a partition of an
@@ -34,11 +36,13 @@ pub mod controller;
 pub mod driver;
 pub mod image;
 pub mod kafka_api;
+pub mod lifecycle;
 pub mod node;
 pub mod placement;
 pub mod quorum;
 pub mod raft;
 pub mod records;
+pub mod view;
 
 /// Why metadata could not be read or applied.
 #[derive(Debug, thiserror::Error)]

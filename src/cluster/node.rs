@@ -73,9 +73,17 @@ impl ControllerNode {
             cluster_id: cluster_id.to_string(),
             listener_name: endpoint.name.clone(),
             voters,
+            num_partitions: config.num_partitions,
+            default_replication_factor: config.default_replication_factor,
+            delete_topic_enable: config.delete_topic_enable,
         }));
         let watcher = tokio::spawn(controller.run());
         Ok(ControllerNode { quorum, watcher })
+    }
+
+    /// The quorum this node is a voter of.
+    pub fn quorum(&self) -> &Arc<RaftQuorum> {
+        &self.quorum
     }
 
     /// `/healthz`: healthy while a leader is known and this voter has applied the committed log
@@ -105,9 +113,6 @@ impl ControllerNode {
 
     pub async fn shutdown(self) {
         self.watcher.abort();
-        match Arc::try_unwrap(self.quorum) {
-            Ok(q) => q.shutdown().await,
-            Err(_) => tracing::warn!("metadata quorum still in use at shutdown"),
-        }
+        self.quorum.shutdown().await;
     }
 }

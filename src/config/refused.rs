@@ -9,12 +9,13 @@
 //! - the keys in [`REFUSED`] (TLS, SASL and authorizer settings), refused when set to a
 //!   non-empty value (an empty value is Kafka's "unset");
 //! - the KRaft role and quorum settings (`process.roles`, `controller.quorum.voters`,
-//!   `controller.quorum.bootstrap.servers`, `node.id`): a node with the broker role runs as one
-//!   node that is both broker and controller of a one-voter quorum, so a broker config naming
-//!   other voters, or the broker role alone, is refused rather than started as a lone broker
-//!   that believes it is part of a cluster. A dedicated controller (`process.roles=controller`)
-//!   serves no data and may be one voter of many: its own entry in `controller.quorum.voters`
-//!   must be the port of its controller listener.
+//!   `controller.quorum.bootstrap.servers`, `node.id`): a node with the broker role is also a
+//!   controller, a voter of the quorum — a single node its own one-voter quorum, a member of a
+//!   cluster one of `controller.quorum.voters` — so the broker role alone (an observer of the
+//!   quorum, not implemented yet) is refused rather than started as a lone broker that believes
+//!   it is part of a cluster. A dedicated controller (`process.roles=controller`) serves no
+//!   data. Wherever there are several voters, this node's own entry in
+//!   `controller.quorum.voters` must be the port of its controller listener.
 //!
 //! Each refusal is a [`ConfigError::Refused`] naming the key, the value, and what sluice
 //! supports today. When a later feature implements one of these settings, it removes its row
@@ -208,8 +209,9 @@ fn check_roles(
             return Err(invalid("broker.id", b, &format!("the same id as node.id ({}) or unset", n.trim())));
         }
     }
-    const CLUSTER: &str = "sluice runs as a single node (broker and controller in one process, a quorum \
-                           of itself) until clustering is implemented";
+    const CLUSTER: &str = "sluice brokers run as voters of the metadata quorum (process.roles=broker,controller, \
+                           this node in controller.quorum.voters); brokers that only observe the quorum are not \
+                           implemented yet";
     let mut controller_only = false;
     if let Some(value) = raw.get("process.roles") {
         let roles = list(value);
@@ -223,8 +225,10 @@ fn check_roles(
     }
     if let Some(value) = raw.get("controller.quorum.voters").filter(|v| !v.trim().is_empty()) {
         let voters = parse_voters(value)?;
-        if controller_only {
-            // A dedicated controller: a voter of a quorum of controllers, serving no data.
+        if controller_only || voters.len() > 1 {
+            // A dedicated controller (a voter of a quorum of controllers, serving no data), or a
+            // combined node of a cluster (a voter that also serves data): its own entry must
+            // name its controller listener.
             let Some(own) = voters.get(&node_id) else {
                 return Err(invalid("controller.quorum.voters", value, &format!("a list that includes this node ({node_id}@host:port)")));
             };
@@ -411,16 +415,27 @@ mod tests {
     }
 
     #[test]
-    fn roles_and_quorums_other_than_one_combined_node_are_refused() {
+    fn a_broker_only_role_and_quorums_without_this_node_are_refused() {
         let err = refusal(&[("process.roles", "broker")]);
-        assert!(err.contains("process.roles") && err.contains("single node"), "{err}");
+        assert!(err.contains("process.roles") && err.contains("observe the quorum"), "{err}");
         let err = refusal(&[("process.roles", "controller")]);
         assert!(err.contains("process.roles") && err.contains("controller.quorum.voters"), "{err}");
         let err = refusal(&[("process.roles", "broker,observer")]);
         assert!(err.contains("process.roles") && err.contains("broker and/or controller"), "{err}");
+        // A combined member of a cluster must be a voter on its own controller listener.
         let voters = "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095";
         let err = refusal(&[("controller.quorum.voters", voters)]);
-        assert!(err.contains("controller.quorum.voters") && err.contains(voters), "{err}");
+        assert!(err.contains("controller.quorum.voters") && err.contains(voters) && err.contains("controller.listener.names"), "{err}");
+        let err = refusal(&[("node.id", "4"), ("controller.quorum.voters", voters)]);
+        assert!(err.contains("includes this node (4@"), "{err}");
+        load(&[
+            ("process.roles", "broker,controller"),
+            ("node.id", "2"),
+            ("controller.quorum.voters", voters),
+            ("listeners", "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9094"),
+            ("controller.listener.names", "CONTROLLER"),
+        ])
+        .expect("a combined member of a three-voter quorum");
         let err = refusal(&[("node.id", "2"), ("controller.quorum.voters", "1@127.0.0.1:9093")]);
         assert!(err.contains("this node (2@"), "{err}");
         let err = refusal(&[

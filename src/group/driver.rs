@@ -211,15 +211,20 @@ impl Groups {
         if let Some(t) = broker.topic(OFFSETS_TOPIC) {
             return Ok(t);
         }
-        let mut configs = BTreeMap::new();
-        configs.insert("cleanup.policy".to_string(), "compact".to_string());
-        configs.insert("compression.type".to_string(), "producer".to_string());
-        configs.insert("segment.bytes".to_string(), self.config.offsets_segment_bytes.to_string());
-        match broker.create_topic(OFFSETS_TOPIC, self.config.offsets_partitions, 1, configs) {
+        match broker.create_topic(OFFSETS_TOPIC, self.config.offsets_partitions, 1, self.offsets_topic_configs()) {
             Ok(t) => Ok(t),
             Err(crate::broker::TopicError::AlreadyExists(_)) => broker.topic(OFFSETS_TOPIC).ok_or_else(|| GroupError::CreateOffsetsTopic("vanished".into())),
             Err(e) => Err(GroupError::CreateOffsetsTopic(e.to_string())),
         }
+    }
+
+    /// The configs `__consumer_offsets` is created with.
+    pub(crate) fn offsets_topic_configs(&self) -> BTreeMap<String, String> {
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("compression.type".to_string(), "producer".to_string());
+        configs.insert("segment.bytes".to_string(), self.config.offsets_segment_bytes.to_string());
+        configs
     }
 
     /// Appends records, one uncompressed batch per `__consumer_offsets` partition.

@@ -71,6 +71,10 @@ impl Server {
         let mut listeners = Vec::new();
         let mut bound = Vec::new();
         for ep in &broker.config.listeners {
+            // In a cluster the controller listener carries the quorum (bound by `cluster::node`).
+            if broker.cluster().is_some() && broker.config.controller_listener_names.contains(&ep.name) {
+                continue;
+            }
             // "localhost" binds the IPv4 loopback: resolving it may yield ::1 first, and the
             // clients that resolve it to 127.0.0.1 would then find nothing listening.
             let host = match ep.host.as_str() {

@@ -90,7 +90,9 @@ pub struct Partition {
     pub topic: Arc<str>,
     pub index: i32,
     pub topic_id: Uuid,
-    pub leader_epoch: i32,
+    /// The epoch this broker leads the partition in: 0 on a single node; in a cluster, the
+    /// metadata image's (set as leadership arrives, see `broker::cluster`).
+    leader_epoch: std::sync::atomic::AtomicI32,
     state: Mutex<State>,
     high_watermark: AtomicI64,
     log_start_offset: AtomicI64,
@@ -127,6 +129,15 @@ impl std::fmt::Debug for Partition {
 }
 
 impl Partition {
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Acquire)
+    }
+
+    /// Raises the leader epoch to `epoch` (never lowers it).
+    pub fn set_leader_epoch(&self, epoch: i32) {
+        self.leader_epoch.fetch_max(epoch, Ordering::AcqRel);
+    }
+
     /// Wraps an opened log, rebuilding producer state from its batch headers (those of the last
     /// `producer_id_expiration_ms` before `now_ms`: older producers are expired).
     pub fn new(
@@ -146,7 +157,7 @@ impl Partition {
             topic,
             index,
             topic_id,
-            leader_epoch: 0,
+            leader_epoch: std::sync::atomic::AtomicI32::new(0),
             state: Mutex::new(State { log, producers, unsnapshotted_bytes }),
             high_watermark: AtomicI64::new(hw),
             log_start_offset: AtomicI64::new(start),
@@ -213,7 +224,7 @@ impl Partition {
             }
         }
         let active_before = st.log.active_base_offset();
-        let info = st.log.append_as_leader(records, self.leader_epoch, now_ms)?;
+        let info = st.log.append_as_leader(records, self.leader_epoch(), now_ms)?;
         let active = st.log.active_base_offset();
         if active != active_before {
             // The table holds exactly the batches below the new segment: this one is not in yet.
@@ -222,7 +233,7 @@ impl Partition {
         // The one batch as written: the log assigned its offsets.
         let mut written = headers[0];
         written.base_offset = info.base_offset;
-        written.partition_leader_epoch = self.leader_epoch;
+        written.partition_leader_epoch = self.leader_epoch();
         st.producers.record(&written);
         let leo = st.log.log_end_offset();
         st.unsnapshotted_bytes += info.bytes as u64;

@@ -16,6 +16,9 @@ those configs. Fixtures:
   kafka_cluster   make(n=3, overrides=None) -> KafkaCluster: real Kafka, n combined nodes
   sluice_controllers  make(n=3, overrides=None) -> SluiceControllers: n dedicated sluice
                   controllers (process.roles=controller), a metadata quorum without brokers
+  sluice_cluster  make(n=3, overrides=None) -> SluiceCluster: n combined sluice nodes
+                  (process.roles=broker,controller), each started from a server.properties
+                  written as for Kafka
 """
 import base64
 import os
@@ -327,16 +330,122 @@ class SluiceControllers:
             self.kill9(i)
 
 
-@pytest.fixture
-def sluice_controllers(tmp_path):
-    """make(n=3, overrides=None) -> started SluiceControllers; every node is killed at the end."""
+class SluiceCluster:
+    """n sluice nodes, each broker and controller (node ids 1..n, all voters), on 127.0.0.1, each
+    started with `sluice serve -c server.properties`: Kafka's KRaft settings for a static
+    three-voter quorum, nothing sluice-specific but the metrics port."""
+
+    PROPERTIES = """process.roles=broker,controller
+node.id={node}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=3
+default.replication.factor=1
+metrics.listener=127.0.0.1:{health_port}
+"""
+
+    def __init__(self, workdir, n, overrides=None):
+        self.workdir = Path(workdir)
+        self.ports = {i: free_port() for i in range(1, n + 1)}
+        self.controller_ports = {i: free_port() for i in range(1, n + 1)}
+        self.health_ports = {i: free_port() for i in range(1, n + 1)}
+        self.voters = ",".join("%d@127.0.0.1:%d" % (i, p) for i, p in self.controller_ports.items())
+        self.cluster_id = base64.urlsafe_b64encode(b"sluice-reference").decode().rstrip("=")
+        self.overrides = dict(overrides or {})
+        self.procs = {}
+
+    @property
+    def bootstrap(self):
+        return ",".join("127.0.0.1:%d" % p for p in self.ports.values())
+
+    @property
+    def bootstrap_controllers(self):
+        return ",".join("127.0.0.1:%d" % p for p in self.controller_ports.values())
+
+    def properties(self, node):
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        path = self.workdir / ("node%d.properties" % node)
+        text = self.PROPERTIES.format(node=node, voters=self.voters, port=self.ports[node],
+                                      controller_port=self.controller_ports[node],
+                                      data=self.workdir / ("node%d" % node), health_port=self.health_ports[node])
+        text += "".join("%s=%s\n" % kv for kv in self.overrides.items())
+        path.write_text(text)
+        return path
+
+    def log(self, node):
+        return (self.workdir / ("node%d.log" % node)).read_text(errors="replace")
+
+    def start(self, node=None, wait=True):
+        """Starts every node (or one); with `wait`, until each serves clients."""
+        nodes = [node] if node else list(self.ports)
+        for i in nodes:
+            props = self.properties(i)
+            if not (self.workdir / ("node%d" % i)).exists():
+                subprocess.run([str(sluice_bin()), "format", "-t", self.cluster_id, "-c", str(props)],
+                               check=True, capture_output=True, timeout=30)
+            log = open(self.workdir / ("node%d.log" % i), "ab")
+            self.procs[i] = subprocess.Popen([str(sluice_bin()), "serve", "-c", str(props)], stdout=log, stderr=log,
+                                             env=dict(os.environ, SLUICE_LOG="info"))
+        if wait:
+            for i in nodes:
+                self.wait_unfenced(i)
+        return self
+
+    def wait_unfenced(self, node, timeout=30):
+        """Until the node's log says the controller unfenced it."""
+        deadline = time.time() + timeout
+        while "this broker is unfenced" not in self.log(node).split("registered with the active controller")[-1]:
+            assert self.procs[node].poll() is None, "node %d exited:\n%s" % (node, self.log(node)[-4000:])
+            assert time.time() < deadline, "node %d was not unfenced within %ds:\n%s" % (node, timeout, self.log(node)[-4000:])
+            time.sleep(0.1)
+
+    def kill9(self, node):
+        p = self.procs.pop(node)
+        p.kill()
+        p.wait(10)
+
+    def sigterm(self, node, timeout=60):
+        """SIGTERM and wait; returns the exit code."""
+        p = self.procs.pop(node)
+        p.send_signal(signal.SIGTERM)
+        return p.wait(timeout)
+
+    def close(self):
+        for i in list(self.procs):
+            self.kill9(i)
+
+
+def _clusters(tmp_path, cls, prefix):
+    """A factory make(n=3, overrides=None) -> started cls; and the list of what it made."""
     made = []
 
     def make(n=3, overrides=None):
-        c = SluiceControllers(tmp_path / ("controllers%d" % len(made)), n, overrides)
+        c = cls(tmp_path / ("%s%d" % (prefix, len(made))), n, overrides)
         made.append(c)
         return c.start()
 
+    return make, made
+
+
+@pytest.fixture
+def sluice_cluster(tmp_path):
+    """make(n=3, overrides=None) -> started SluiceCluster; every node is killed at the end."""
+    make, made = _clusters(tmp_path, SluiceCluster, "cluster")
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def sluice_controllers(tmp_path):
+    """make(n=3, overrides=None) -> started SluiceControllers; every node is killed at the end."""
+    make, made = _clusters(tmp_path, SluiceControllers, "controllers")
     yield make
     for c in made:
         c.close()
@@ -345,13 +454,7 @@ def sluice_controllers(tmp_path):
 @pytest.fixture
 def kafka_cluster(tmp_path):
     """make(n=3, overrides=None) -> a started KafkaCluster; every node is killed at the end."""
-    made = []
-
-    def make(n=3, overrides=None):
-        c = KafkaCluster(tmp_path / ("cluster%d" % len(made)), n, overrides)
-        made.append(c)
-        return c.start()
-
+    make, made = _clusters(tmp_path, KafkaCluster, "cluster-kafka")
     yield make
     for c in made:
         c.close()

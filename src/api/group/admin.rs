@@ -3,7 +3,7 @@
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
-use super::{code, not_ready};
+use super::{code, not_loaded, not_ready};
 use crate::api::{str_bytes, RequestContext};
 use crate::group::GroupState;
 
@@ -12,7 +12,7 @@ use crate::group::GroupState;
 const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
 
 pub async fn list_groups(ctx: &RequestContext, req: ListGroupsRequest) -> ListGroupsResponse {
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_loaded(ctx) {
         return ListGroupsResponse::default().with_error_code(e.code());
     }
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
@@ -38,7 +38,7 @@ fn describe_one(ctx: &RequestContext, group_id: &GroupId, with_ops: bool) -> des
     let base = describe_groups_response::DescribedGroup::default()
         .with_group_id(group_id.clone())
         .with_authorized_operations(if with_ops { GROUP_OPERATIONS } else { i32::MIN });
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_ready(ctx, group_id) {
         return base.with_error_code(e.code());
     }
     ctx.broker.groups().with_core(|core| {
@@ -89,7 +89,7 @@ pub async fn delete_groups(ctx: &RequestContext, req: DeleteGroupsRequest) -> De
         .groups_names
         .iter()
         .map(|g| {
-            let e = not_ready(ctx).or_else(|| ctx.broker.groups().delete_group(&ctx.broker, g));
+            let e = not_ready(ctx, g).or_else(|| ctx.broker.groups().delete_group(&ctx.broker, g));
             delete_groups_response::DeletableGroupResult::default().with_group_id(g.clone()).with_error_code(code(e))
         })
         .collect();

@@ -24,7 +24,7 @@ fn topic_id(ctx: &RequestContext, name: &str) -> Uuid {
 pub async fn consumer_group_heartbeat(ctx: &RequestContext, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse {
     let interval = ctx.broker.groups().config.consumer_heartbeat_interval_ms;
     let base = ConsumerGroupHeartbeatResponse::default().with_heartbeat_interval_ms(interval).with_member_epoch(-1);
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_ready(ctx, &req.group_id) {
         return base.with_error_code(e.code());
     }
     let owned: Option<BTreeSet<TopicPartition>> = req.topic_partitions.as_ref().map(|tps| {
@@ -96,7 +96,7 @@ pub async fn consumer_group_describe(ctx: &RequestContext, req: ConsumerGroupDes
             let base = consumer_group_describe_response::DescribedGroup::default()
                 .with_group_id(gid.clone())
                 .with_authorized_operations(if req.include_authorized_operations { GROUP_OPERATIONS } else { i32::MIN });
-            if let Some(e) = not_ready(ctx) {
+            if let Some(e) = not_ready(ctx, gid) {
                 return base.with_error_code(e.code());
             }
             ctx.broker.groups().with_core(|core| {

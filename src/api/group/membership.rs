@@ -41,7 +41,7 @@ fn join_response(ctx: &RequestContext, r: JoinReply) -> JoinGroupResponse {
 }
 
 pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGroupResponse {
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_ready(ctx, &req.group_id) {
         return join_response(ctx, JoinReply::error(e, &req.member_id));
     }
     let rebalance_timeout_ms = if ctx.api_version >= 1 && req.rebalance_timeout_ms >= 0 { req.rebalance_timeout_ms } else { req.session_timeout_ms };
@@ -61,7 +61,7 @@ pub async fn join_group(ctx: &RequestContext, req: JoinGroupRequest) -> JoinGrou
 }
 
 pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGroupResponse {
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_ready(ctx, &req.group_id) {
         return SyncGroupResponse::default().with_error_code(e.code());
     }
     // Kafka (SyncGroupRequest.areMandatoryProtocolTypeAndNamePresent): v5+ must carry both.
@@ -91,14 +91,14 @@ pub async fn sync_group(ctx: &RequestContext, req: SyncGroupRequest) -> SyncGrou
 }
 
 pub async fn heartbeat(ctx: &RequestContext, req: HeartbeatRequest) -> HeartbeatResponse {
-    let e = not_ready(ctx).or_else(|| {
+    let e = not_ready(ctx, &req.group_id).or_else(|| {
         ctx.broker.groups().heartbeat(&ctx.broker, &req.group_id, &req.member_id, req.group_instance_id.as_deref(), req.generation_id)
     });
     HeartbeatResponse::default().with_error_code(code(e))
 }
 
 pub async fn leave_group(ctx: &RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse {
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_ready(ctx, &req.group_id) {
         return LeaveGroupResponse::default().with_error_code(e.code());
     }
     let members: Vec<(String, Option<String>)> = if ctx.api_version >= 3 {

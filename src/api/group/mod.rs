@@ -26,8 +26,24 @@ pub(crate) fn code(e: Option<ResponseError>) -> i16 {
 }
 
 /// COORDINATOR_LOAD_IN_PROGRESS until `__consumer_offsets` has been replayed.
-pub(crate) fn not_ready(ctx: &RequestContext) -> Option<ResponseError> {
+pub(crate) fn not_loaded(ctx: &RequestContext) -> Option<ResponseError> {
     (!ctx.broker.groups().is_loaded()).then_some(ResponseError::CoordinatorLoadInProgress)
+}
+
+/// Why this broker may not act for `group` now: in a cluster, NOT_COORDINATOR unless it leads
+/// the group's `__consumer_offsets` partition; COORDINATOR_LOAD_IN_PROGRESS until the offsets
+/// are replayed.
+pub(crate) fn not_ready(ctx: &RequestContext, group: &str) -> Option<ResponseError> {
+    if ctx.broker.cluster().is_some() {
+        let Some(offsets) = ctx.broker.topic_info(crate::group::OFFSETS_TOPIC) else {
+            return Some(ResponseError::CoordinatorNotAvailable);
+        };
+        let p = crate::group::partition_for(group, offsets.partitions.len() as i32);
+        if ctx.broker.not_leader(crate::group::OFFSETS_TOPIC, p).is_some() {
+            return Some(ResponseError::NotCoordinator);
+        }
+    }
+    not_loaded(ctx)
 }
 
 /// Creates `__consumer_offsets` on tokio's blocking pool if it does not exist yet. Called before
@@ -38,6 +54,25 @@ pub(crate) fn not_ready(ctx: &RequestContext) -> Option<ResponseError> {
 /// bench machine). A failure is logged here; the request then runs as before, and the
 /// coordinator's own attempt reports it to the client.
 pub(crate) async fn ensure_offsets_topic(ctx: &RequestContext) {
+    if ctx.broker.cluster().is_some() {
+        // The controller creates it, with `offsets.topic.replication.factor` replicas.
+        if ctx.broker.topic_info(crate::group::OFFSETS_TOPIC).is_none() {
+            let groups = ctx.broker.groups();
+            let rf = ctx.broker.config.raw.get("offsets.topic.replication.factor").and_then(|v| v.trim().parse().ok()).unwrap_or(3);
+            let created = super::topics::forward_create(
+                &ctx.broker,
+                crate::group::OFFSETS_TOPIC,
+                groups.config.offsets_partitions,
+                rf,
+                groups.offsets_topic_configs(),
+            )
+            .await;
+            if let Err(e) = created {
+                tracing::warn!(error = %e, "creating the consumer offsets topic through the controller failed");
+            }
+        }
+        return;
+    }
     if ctx.broker.topic(crate::group::OFFSETS_TOPIC).is_some() {
         return;
     }
@@ -59,8 +94,19 @@ fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordi
     if key_type == 1 {
         return c.with_error_code(ResponseError::UnsupportedVersion.code()).with_error_message(Some(str_bytes(NO_TRANSACTIONS)));
     }
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_loaded(ctx) {
         return c.with_error_code(e.code());
+    }
+    if ctx.broker.cluster().is_some() {
+        // The broker leading the key's `__consumer_offsets` partition coordinates it.
+        let leader = ctx.broker.topic_info(crate::group::OFFSETS_TOPIC).and_then(|t| {
+            let p = crate::group::partition_for(key, t.partitions.len() as i32);
+            t.partitions.iter().find(|x| x.index == p).map(|x| x.leader)
+        });
+        return match leader.and_then(|l| ctx.broker.broker_info(l)) {
+            Some(b) => c.with_node_id(BrokerId(b.id)).with_host(str_bytes(&b.host)).with_port(b.port as i32),
+            None => c.with_error_code(ResponseError::CoordinatorNotAvailable.code()),
+        };
     }
     let Some(endpoint) = ctx.broker.advertised().into_iter().next() else {
         return c.with_error_code(ResponseError::CoordinatorNotAvailable.code());

@@ -34,7 +34,7 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
             }
         }
     }
-    let results: Result<Vec<Option<ResponseError>>, ResponseError> = match not_ready(ctx) {
+    let results: Result<Vec<Option<ResponseError>>, ResponseError> = match not_ready(ctx, &req.group_id) {
         Some(e) => Err(e),
         None if commits.is_empty() => Ok(Vec::new()),
         None => ctx.broker.groups().commit_offsets(
@@ -88,14 +88,13 @@ fn fetch_group(ctx: &RequestContext, group_id: &str, topics: Option<Vec<(String,
 }
 
 pub async fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse {
-    let ready = not_ready(ctx);
     if ctx.api_version >= 8 {
         let groups = req
             .groups
             .iter()
             .map(|g| {
                 let group = offset_fetch_response::OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                if let Some(e) = ready {
+                if let Some(e) = not_ready(ctx, &g.group_id) {
                     return group.with_error_code(e.code());
                 }
                 let member = g.member_id.as_deref();
@@ -125,7 +124,7 @@ pub async fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> Offs
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
-    if let Some(e) = ready {
+    if let Some(e) = not_ready(ctx, &req.group_id) {
         return OffsetFetchResponse::default().with_error_code(e.code());
     }
     let topics = req.topics.as_ref().map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
@@ -150,7 +149,7 @@ pub async fn offset_fetch(ctx: &RequestContext, req: OffsetFetchRequest) -> Offs
 }
 
 pub async fn offset_delete(ctx: &RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
-    if let Some(e) = not_ready(ctx) {
+    if let Some(e) = not_ready(ctx, &req.group_id) {
         return OffsetDeleteResponse::default().with_error_code(e.code());
     }
     let mut wanted = Vec::new();

@@ -128,7 +128,7 @@ impl RaftQuorum {
     }
 
     /// Stops this voter (its peers see it as unreachable).
-    pub async fn shutdown(self) {
+    pub async fn shutdown(&self) {
         self.server.abort();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "metadata quorum shutdown");

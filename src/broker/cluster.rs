@@ -1,0 +1,268 @@
+//! A cluster member's local logs follow the metadata image: for every topic of which this
+//! broker holds a replica, the local topic exists with the image's topic id and partition
+//! count (every partition of the topic gets a local log, as the broker's topic table is
+//! indexed by partition; the image says which of them it leads); a topic the image no longer
+//! has, or has under another id (deleted and created again), loses its local files.
+//!
+//! Runs on the blocking pool whenever the image changes (creating and deleting files fsyncs).
+//!
+//! # Failure behaviour
+//! A local log that cannot be made or removed is logged with the topic and retried at the next
+//! image change; the broker keeps serving what it has.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::Broker;
+use crate::cluster::image::{MetadataImage, TOPIC_RESOURCE};
+
+/// Brings the local topics in line with `image`. Local logs are removed only when
+/// `caught_up`: an image still catching up after a restart may lack topics that exist.
+pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) {
+    let me = broker.node_id;
+    for topic in image.topics.values() {
+        let hosted = topic.partitions.values().any(|p| p.replicas.contains(&me));
+        let local = broker.topic(&topic.name);
+        if let Some(l) = local.as_ref().filter(|_| caught_up) {
+            if l.id != topic.id {
+                tracing::info!(topic = %topic.name, "the topic was deleted and created again; removing the old local logs");
+                if let Err(e) = broker.remove_local_topic(l) {
+                    tracing::warn!(topic = %topic.name, error = %e, "removing the local logs of a replaced topic failed");
+                    continue;
+                }
+            }
+        }
+        if !hosted {
+            continue;
+        }
+        let count = topic.partitions.len() as i32;
+        match broker.topic(&topic.name) {
+            None => {
+                let configs: BTreeMap<String, String> =
+                    image.configs.get(&(TOPIC_RESOURCE, topic.name.clone())).cloned().unwrap_or_default();
+                if let Err(e) = broker.create_local_topic(&topic.name, topic.id, count, configs) {
+                    tracing::warn!(topic = %topic.name, error = %e, "making the local logs of a topic failed");
+                }
+            }
+            Some(l) if (l.partitions.len() as i32) < count => {
+                if let Err(e) = broker.create_partitions(&topic.name, count) {
+                    tracing::warn!(topic = %topic.name, error = %e, "making the local logs of new partitions failed");
+                }
+            }
+            Some(_) => {}
+        }
+        // Appends carry the epoch the image gives this broker's leadership.
+        if let Some(local) = broker.topic(&topic.name).filter(|l| l.id == topic.id) {
+            for (index, p) in &topic.partitions {
+                if p.leader == me {
+                    if let Some(lp) = local.partition(*index) {
+                        lp.set_leader_epoch(p.leader_epoch);
+                    }
+                }
+            }
+        }
+    }
+    if !caught_up {
+        return;
+    }
+    for local in broker.all_topics() {
+        if !image.topic_ids.contains_key(local.name.as_ref()) {
+            tracing::info!(topic = %local.name, "the topic is not in the cluster's metadata; removing its local logs");
+            if let Err(e) = broker.remove_local_topic(&local) {
+                tracing::warn!(topic = %local.name, error = %e, "removing the local logs of a deleted topic failed");
+            }
+        }
+    }
+}
+
+/// Follows the image until the task is dropped.
+pub async fn run(broker: Arc<Broker>) {
+    let Some(view) = broker.cluster().cloned() else { return };
+    let mut images = view.subscribe();
+    let mut synced_caught_up = false;
+    loop {
+        let image = images.borrow_and_update().clone();
+        let b = broker.clone();
+        let caught_up = view.is_caught_up();
+        // A panic here is a bug; the join error is logged and the loop goes on.
+        if let Err(e) = tokio::task::spawn_blocking(move || sync_topics(&b, &image, caught_up)).await {
+            tracing::error!(error = %e, "syncing local topics with the metadata image failed");
+        }
+        synced_caught_up |= caught_up;
+        // Until the first pass as caught up, look again every so often: catching up is not an
+        // image change of its own.
+        if synced_caught_up {
+            if images.changed().await.is_err() {
+                return;
+            }
+        } else {
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), images.changed()).await;
+        }
+    }
+}
+
+/// One partition as clients are told of it (Metadata, DescribeTopicPartitions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub index: i32,
+    /// -1: no leader.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Replicas on brokers that are fenced or not registered.
+    pub offline: Vec<i32>,
+    pub eligible_leader_replicas: Vec<i32>,
+    pub last_known_elr: Vec<i32>,
+}
+
+/// A topic as clients are told of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub id: uuid::Uuid,
+    pub internal: bool,
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// A live broker's client endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+}
+
+fn from_image(image: &MetadataImage, topic: &crate::cluster::image::TopicState) -> TopicInfo {
+    let online = |b: &i32| image.brokers.get(b).is_some_and(|r| !r.fenced);
+    TopicInfo {
+        name: topic.name.clone(),
+        id: topic.id,
+        internal: topic.name.starts_with("__"),
+        partitions: topic
+            .partitions
+            .iter()
+            .map(|(i, p)| PartitionInfo {
+                index: *i,
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+                replicas: p.replicas.clone(),
+                isr: p.isr.clone(),
+                offline: p.replicas.iter().copied().filter(|b| !online(b)).collect(),
+                eligible_leader_replicas: p.eligible_leader_replicas.clone(),
+                last_known_elr: p.last_known_elr.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn from_local(broker: &Broker, topic: &super::Topic) -> TopicInfo {
+    let me = broker.node_id;
+    TopicInfo {
+        name: topic.name.to_string(),
+        id: topic.id,
+        internal: topic.internal,
+        partitions: topic
+            .partitions
+            .iter()
+            .map(|p| PartitionInfo {
+                index: p.index,
+                leader: me,
+                leader_epoch: p.leader_epoch(),
+                replicas: vec![me],
+                isr: vec![me],
+                offline: vec![],
+                eligible_leader_replicas: vec![],
+                last_known_elr: vec![],
+            })
+            .collect(),
+    }
+}
+
+impl Broker {
+    /// A topic by name: from the metadata image in a cluster, else from the local topics.
+    pub fn topic_info(&self, name: &str) -> Option<TopicInfo> {
+        match self.cluster() {
+            Some(view) => {
+                let image = view.image();
+                let id = image.topic_ids.get(name)?;
+                image.topics.get(id).map(|t| from_image(&image, t))
+            }
+            None => self.topic(name).map(|t| from_local(self, &t)),
+        }
+    }
+
+    /// A topic by id.
+    pub fn topic_info_by_id(&self, id: uuid::Uuid) -> Option<TopicInfo> {
+        match self.cluster() {
+            Some(view) => {
+                let image = view.image();
+                image.topics.get(&id).map(|t| from_image(&image, t))
+            }
+            None => self.topic_by_id(id).map(|t| from_local(self, &t)),
+        }
+    }
+
+    /// Every topic, by name.
+    pub fn all_topic_infos(&self) -> Vec<TopicInfo> {
+        match self.cluster() {
+            Some(view) => {
+                let image = view.image();
+                image.topic_ids.values().filter_map(|id| image.topics.get(id)).map(|t| from_image(&image, t)).collect()
+            }
+            None => self.all_topics().iter().map(|t| from_local(self, t)).collect(),
+        }
+    }
+
+    /// The brokers clients may talk to: every unfenced broker of the cluster, or this one.
+    pub fn live_brokers(&self) -> Vec<BrokerInfo> {
+        match self.cluster() {
+            Some(view) => view.live_brokers().into_iter().map(|(id, host, port, rack)| BrokerInfo { id, host, port, rack }).collect(),
+            None => self
+                .advertised()
+                .into_iter()
+                .take(1)
+                .map(|e| BrokerInfo { id: self.node_id, host: e.host, port: e.port, rack: None })
+                .collect(),
+        }
+    }
+
+    /// Why this broker may not serve `topic`-`partition` as its leader: None when it leads it
+    /// (always on a single node), else the error for the client and the leader it should ask
+    /// (id and epoch, for KIP-951's current-leader hints), or UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn not_leader(&self, topic: &str, partition: i32) -> Option<NotLeader> {
+        let view = self.cluster()?;
+        match view.partition(topic, partition) {
+            Some(p) if p.leader == self.node_id => None,
+            Some(p) => Some(NotLeader { leader: p.leader, leader_epoch: p.leader_epoch }),
+            None => Some(NotLeader { leader: -1, leader_epoch: -1 }),
+        }
+    }
+
+    /// A topic's name from its id (the image's in a cluster).
+    pub fn topic_name_of(&self, id: uuid::Uuid) -> Option<String> {
+        match self.cluster() {
+            Some(view) => view.image().topics.get(&id).map(|t| t.name.clone()),
+            None => self.topic_by_id(id).map(|t| t.name.to_string()),
+        }
+    }
+
+    /// A live broker's endpoint by id.
+    pub fn broker_info(&self, id: i32) -> Option<BrokerInfo> {
+        self.live_brokers().into_iter().find(|b| b.id == id)
+    }
+}
+
+/// See [`Broker::not_leader`]; `leader` -1 with epoch -1: the partition does not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotLeader {
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+impl NotLeader {
+    pub fn unknown(&self) -> bool {
+        self.leader_epoch < 0
+    }
+}

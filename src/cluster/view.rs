@@ -1,0 +1,189 @@
+//! The cluster as a broker sees it: the metadata image (who is alive, which topics and
+//! partitions exist, who leads each in which epoch), the active controller, and a Kafka-protocol
+//! client for the requests a broker sends the controller (its registration and heartbeats, the
+//! admin requests it forwards).
+//!
+//! A broker in a cluster answers every question about topics, partitions and brokers from
+//! [`ClusterView::image`], never from its local files: the files hold data, the image says what
+//! exists and who serves it.
+//!
+//! # Failure behaviour
+//! A controller call that cannot connect, times out or is answered NOT_CONTROLLER is retried
+//! against the leader the quorum names next, until [`CALL_TIMEOUT`]; then it fails with a
+//! message the caller turns into a retriable error for its client (REQUEST_TIMED_OUT).
+//! Responses larger than [`MAX_RESPONSE`] are refused before they are read.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::image::{MetadataImage, PartitionState};
+
+/// How long a controller call keeps trying.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest controller response read.
+pub const MAX_RESPONSE: usize = 16 << 20;
+const NOT_CONTROLLER: i16 = 41;
+
+/// The cluster from one broker.
+pub struct ClusterView {
+    pub node_id: i32,
+    image: watch::Receiver<Arc<MetadataImage>>,
+    /// The quorum leader this node knows of (the active controller).
+    leader: Box<dyn Fn() -> Option<i32> + Send + Sync>,
+    /// Controller id -> `host:port` of its controller listener.
+    voters: BTreeMap<i32, String>,
+    /// The listener clients use (`PLAINTEXT`), whose endpoints Metadata lists.
+    pub client_listener: String,
+    /// Set once the controller has unfenced this broker: its image has caught up with the
+    /// metadata log at least to its registration.
+    caught_up: std::sync::atomic::AtomicBool,
+}
+
+impl ClusterView {
+    pub fn new(
+        node_id: i32,
+        image: watch::Receiver<Arc<MetadataImage>>,
+        leader: Box<dyn Fn() -> Option<i32> + Send + Sync>,
+        voters: BTreeMap<i32, String>,
+        client_listener: String,
+    ) -> ClusterView {
+        ClusterView { node_id, image, leader, voters, client_listener, caught_up: Default::default() }
+    }
+
+    pub fn is_caught_up(&self) -> bool {
+        self.caught_up.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn mark_caught_up(&self) {
+        self.caught_up.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.image.clone()
+    }
+
+    /// The active controller's id, -1 when none is known.
+    pub fn controller_id(&self) -> i32 {
+        (self.leader)().unwrap_or(-1)
+    }
+
+    /// A partition's state in the image.
+    pub fn partition(&self, topic: &str, index: i32) -> Option<PartitionState> {
+        let image = self.image.borrow();
+        let id = image.topic_ids.get(topic)?;
+        image.topics.get(id)?.partitions.get(&index).cloned()
+    }
+
+    /// Unfenced brokers' client endpoints: (id, host, port, rack).
+    pub fn live_brokers(&self) -> Vec<(i32, String, u16, Option<String>)> {
+        let image = self.image.borrow();
+        image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| {
+                let e = b.endpoints.iter().find(|e| e.name == self.client_listener).or_else(|| b.endpoints.first())?;
+                Some((b.id, e.host.clone(), e.port, b.rack.clone()))
+            })
+            .collect()
+    }
+
+    /// Sends `req` to the active controller and returns its response, retrying on another
+    /// controller while the one asked is not (or no longer) the active one.
+    pub async fn call_controller<R: Request>(&self, req: &R, version: i16) -> Result<R::Response, String>
+    where
+        R::Response: 'static,
+    {
+        let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
+        let mut last = String::from("no active controller is known");
+        loop {
+            if let Some(leader) = (self.leader)() {
+                match self.voters.get(&leader) {
+                    Some(addr) => match tokio::time::timeout_at(deadline, call(addr, req, version)).await {
+                        Ok(Ok((resp, code))) if code != Some(NOT_CONTROLLER) => return Ok(resp),
+                        Ok(Ok(_)) => last = format!("controller {leader} is not the active controller"),
+                        Ok(Err(e)) => last = format!("controller {leader} at {addr}: {e}"),
+                        Err(_) => last = format!("controller {leader} at {addr} did not answer in time"),
+                    },
+                    None => last = format!("the active controller {leader} is not in controller.quorum.voters"),
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(last);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// One request over a fresh connection; the response and its error code where it has one.
+async fn call<R: Request>(addr: &str, req: &R, version: i16) -> std::io::Result<(R::Response, Option<i16>)>
+where
+    R::Response: 'static,
+{
+    let mut conn = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    conn.set_nodelay(true)?;
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("sluice-broker")));
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header.encode(&mut buf, R::header_version(version)).map_err(|e| invalid(e.to_string()))?;
+    req.encode(&mut buf, version).map_err(|e| invalid(e.to_string()))?;
+    let n = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&n.to_be_bytes());
+    conn.write_all(&buf).await?;
+    let len = conn.read_u32().await? as usize;
+    if len > MAX_RESPONSE {
+        return Err(invalid(format!("a response of {len} bytes is over {MAX_RESPONSE}")));
+    }
+    let mut body = vec![0u8; len];
+    conn.read_exact(&mut body).await?;
+    let mut body = Bytes::from(body);
+    let key = ApiKey::try_from(R::KEY).map_err(|_| invalid("unknown api key".into()))?;
+    ResponseHeader::decode(&mut body, key.response_header_version(version)).map_err(|e| invalid(e.to_string()))?;
+    let resp = R::Response::decode(&mut body, version).map_err(|e| invalid(e.to_string()))?;
+    if body.has_remaining() {
+        return Err(invalid(format!("{} bytes after the response", body.remaining())));
+    }
+    // Registration and heartbeat answers carry NOT_CONTROLLER at the top level; peek at it.
+    let code = top_level_error(R::KEY, &resp);
+    Ok((resp, code))
+}
+
+fn top_level_error<T: std::any::Any>(key: i16, resp: &T) -> Option<i16> {
+    use kafka_protocol::messages::{BrokerHeartbeatResponse, BrokerRegistrationResponse, CreateTopicsResponse};
+    let any = resp as &dyn std::any::Any;
+    if key == ApiKey::BrokerRegistration as i16 {
+        return any.downcast_ref::<BrokerRegistrationResponse>().map(|r| r.error_code);
+    }
+    if key == ApiKey::BrokerHeartbeat as i16 {
+        return any.downcast_ref::<BrokerHeartbeatResponse>().map(|r| r.error_code);
+    }
+    if key == ApiKey::CreateTopics as i16 {
+        return any.downcast_ref::<CreateTopicsResponse>().and_then(|r| r.topics.iter().map(|t| t.error_code).find(|c| *c == NOT_CONTROLLER));
+    }
+    if key == ApiKey::DeleteTopics as i16 {
+        return any
+            .downcast_ref::<kafka_protocol::messages::DeleteTopicsResponse>()
+            .and_then(|r| r.responses.iter().map(|t| t.error_code).find(|c| *c == NOT_CONTROLLER));
+    }
+    None
+}

@@ -1,0 +1,157 @@
+"""Three sluice processes, each broker and controller, started from Kafka-style server.properties
+(a static three-voter KRaft quorum), are one cluster to Kafka's own tools and to librdkafka:
+every broker is listed everywhere, topics are created through the active controller and placed
+across the brokers with their replication factor, each partition is served by its leader, a
+broker killed with SIGKILL is fenced out of the metadata and comes back after a restart, and
+SIGTERM moves a broker's leaderships away before it exits.
+
+Replication (followers copying their leader's log, the ISR and high watermark) is the next
+issue: these tests check where partitions are led and what clients are told, and read records
+back only from partitions whose leader never changed.
+"""
+import re
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from conftest import REPO
+from kafkautil import admin, consumer, make_records, produce_all, producer, unique
+
+LIBS = REPO / ".cache" / "kafka-4.4.0" / "libs"
+
+
+def tool(cls, *args, check=True):
+    r = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-cp", str(LIBS / "*"), "org.apache.kafka.tools." + cls, *args],
+                       capture_output=True, text=True, timeout=120)
+    if check:
+        assert r.returncode == 0, "%s %s failed:\n%s\n%s" % (cls, args, r.stdout, r.stderr)
+    return r
+
+
+def describe(bootstrap, topic):
+    """kafka-topics --describe: {partition: (leader, replicas, isr)}."""
+    out = tool("TopicCommand", "--bootstrap-server", bootstrap, "--describe", "--topic", topic).stdout
+    rows = {}
+    for m in re.finditer(r"Partition: (\d+)\s+Leader: (-?\d+|none)\s+Replicas: ([\d,]*)\s+Isr: ([\d,]*)", out):
+        leader = -1 if m.group(2) == "none" else int(m.group(2))
+        ints = lambda s: [int(x) for x in s.split(",") if x]
+        rows[int(m.group(1))] = (leader, ints(m.group(3)), ints(m.group(4)))
+    return rows
+
+
+def brokers_seen(bootstrap):
+    md = admin(bootstrap).list_topics(timeout=10)
+    return sorted(md.brokers), md
+
+
+def wait_until(what, check, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.time() < deadline, "%s did not happen within %ds" % (what, timeout)
+        time.sleep(0.3)
+
+
+def test_three_nodes_are_one_cluster_to_kafka_tools_and_librdkafka(sluice_cluster):
+    c = sluice_cluster(3)
+    # Every broker lists all three, with their own addresses.
+    for node, port in c.ports.items():
+        ids, md = brokers_seen("127.0.0.1:%d" % port)
+        assert ids == [1, 2, 3], (node, ids)
+        assert {b.id: b.port for b in md.brokers.values()} == c.ports
+
+    # kafka-topics creates through one broker; another describes three replicas per partition,
+    # each partition led by a different broker (Kafka's round-robin placement).
+    topic = unique("rf3")
+    tool("TopicCommand", "--bootstrap-server", "127.0.0.1:%d" % c.ports[1], "--create", "--topic", topic,
+         "--partitions", "3", "--replication-factor", "3")
+    rows = describe("127.0.0.1:%d" % c.ports[2], topic)
+    assert sorted(rows) == [0, 1, 2]
+    for p, (leader, replicas, isr) in rows.items():
+        assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3] and leader == replicas[0], rows
+    assert sorted(r[0] for r in rows.values()) == [1, 2, 3], rows
+    # librdkafka sees the same leaders and replicas.
+    _, md = brokers_seen("127.0.0.1:%d" % c.ports[3])
+    for p, meta in md.topics[topic].partitions.items():
+        assert (meta.leader, list(meta.replicas)) == (rows[p][0], rows[p][1]), (p, meta)
+
+    # More replicas than brokers: INVALID_REPLICATION_FACTOR, with Kafka's message.
+    r = tool("TopicCommand", "--bootstrap-server", c.bootstrap, "--create", "--topic", unique("rf4"),
+             "--partitions", "1", "--replication-factor", "4", check=False)
+    assert r.returncode != 0 and "InvalidReplicationFactorException" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "only 3 broker(s) are registered" in r.stdout + r.stderr
+
+    # Records produced with acks=all through the bootstrap list reach each partition's leader
+    # and come back, in order, to a consumer group.
+    recs = make_records(300, 3)
+    delivery = produce_all(producer(c.bootstrap, acks="all"), topic, recs)
+    assert not delivery.failed and len(delivery.ok) == 300
+    cons = consumer(c.bootstrap, group_id=unique("cluster-g"), enable_partition_eof=False)
+    cons.subscribe([topic])
+    got = {0: [], 1: [], 2: []}
+    deadline = time.time() + 60
+    while sum(map(len, got.values())) < 300 and time.time() < deadline:
+        m = cons.poll(0.5)
+        if m is None or m.error():
+            continue
+        got[m.partition()].append((m.offset(), m.key(), m.value()))
+    cons.commit(asynchronous=False)
+    committed = cons.committed([TopicPartition(topic, p) for p in range(3)], timeout=30)
+    cons.close()
+    for p in range(3):
+        want = [(i, r["key"], r["value"]) for i, r in enumerate(x for x in recs if x["partition"] == p)]
+        assert got[p] == want, "partition %d" % p
+    assert [t.offset for t in committed] == [100, 100, 100]
+
+    # The quorum, through a broker and through the controllers.
+    out = tool("MetadataQuorumCommand", "--bootstrap-server", "127.0.0.1:%d" % c.ports[1], "describe", "--status").stdout
+    assert "CurrentVoters:" in out and re.search(r"LeaderId:\s+[123]\b", out), out
+    out = tool("MetadataQuorumCommand", "--bootstrap-controller", c.bootstrap_controllers, "describe", "--replication").stdout
+    assert sorted(int(line.split()[0]) for line in out.strip().splitlines()[1:]) == [1, 2, 3], out
+
+    # Deleting goes through the controller too, and leaves every broker's metadata.
+    a = admin(c.bootstrap)  # kept: the futures fail once the handle is destroyed
+    a.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    for port in c.ports.values():
+        wait_until("the deletion to reach every broker",
+                   lambda: topic not in admin("127.0.0.1:%d" % port).list_topics(timeout=10).topics)
+
+
+def test_a_fenced_broker_leaves_the_metadata_and_returns_after_a_restart(sluice_cluster):
+    c = sluice_cluster(3, overrides={"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"})
+    topic = unique("fence")
+    a = admin(c.bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(30)
+    led_by_3 = wait_until("the topic to be described",
+                          lambda: [p for p, r in describe(c.bootstrap, topic).items() if r[0] == 3])
+    c.kill9(3)
+    survivors = "127.0.0.1:%d,127.0.0.1:%d" % (c.ports[1], c.ports[2])
+    wait_until("broker 3 to leave the metadata", lambda: brokers_seen(survivors)[0] == [1, 2])
+    rows = wait_until("the partitions broker 3 led to get another leader",
+                      lambda: (lambda r: r if all(r[p][0] in (1, 2) for p in led_by_3) else None)(describe(survivors, topic)))
+    for p, (leader, replicas, isr) in rows.items():
+        assert 3 not in isr and leader in isr, rows
+    c.start(3)
+    wait_until("broker 3 to come back", lambda: brokers_seen(c.bootstrap)[0] == [1, 2, 3])
+    assert "registered with the active controller" in c.log(3)
+
+
+def test_sigterm_moves_every_leadership_away_before_the_broker_exits(sluice_cluster):
+    c = sluice_cluster(3)
+    topic = unique("ctrl-shutdown")
+    a = admin(c.bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=6, replication_factor=3)])[topic].result(30)
+    assert wait_until("leaders on broker 2", lambda: [p for p, r in describe(c.bootstrap, topic).items() if r[0] == 2])
+    assert c.sigterm(2) == 0
+    assert "the controller moved every leadership away" in c.log(2)
+    rows = describe("127.0.0.1:%d" % c.ports[1], topic)
+    assert all(leader in (1, 3) and 2 not in isr for leader, _, isr in rows.values()), rows
+    # The other brokers keep serving: a producer to every partition succeeds.
+    p = producer("127.0.0.1:%d" % c.ports[1], acks="all")
+    delivery = produce_all(p, topic, make_records(60, 6))
+    assert not delivery.failed and len(delivery.ok) == 60
