@@ -62,8 +62,8 @@ fn synonym(name: &str, value: &str, source: i8) -> DescribeConfigsSynonym {
 }
 
 fn describe_topic(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol::protocol::StrBytes>>, synonyms: bool) -> Result<Vec<DescribeConfigsResourceResult>, (ResponseError, String)> {
-    let topic = broker
-        .topic(name)
+    let overrides = broker
+        .topic_overrides(name)
         .ok_or((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
     let defaults = broker.topic_defaults();
     let mut out = Vec::new();
@@ -72,7 +72,7 @@ fn describe_topic(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol:
             continue;
         }
         let mut layers: Vec<(String, String, i8)> = Vec::new();
-        if let Some(v) = topic.overrides.get(*key) {
+        if let Some(v) = overrides.get(*key) {
             layers.push((key.to_string(), v.clone(), SOURCE_DYNAMIC_TOPIC));
         }
         if let Some(bk) = def.broker_key {
@@ -263,7 +263,88 @@ fn apply_topic(broker: &Broker, name: &str, overrides: BTreeMap<String, String>,
 /// ([`super::off_runtime`]).
 pub async fn incremental_alter_configs(ctx: &RequestContext, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
     let broker = ctx.broker.clone();
+    if broker.cluster().is_some() {
+        let mut responses = Vec::with_capacity(req.resources.len());
+        for r in req.resources {
+            let name = r.resource_name.to_string();
+            let outcome = match r.resource_type {
+                RESOURCE_TOPIC => match broker.topic_overrides(&name) {
+                    None => Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist."))),
+                    Some(current) => match r.configs.iter().find(|c| topic_config::lookup(&c.name).is_none()) {
+                        Some(c) => Err((ResponseError::InvalidConfig, format!("Unknown topic config name: {}", c.name.as_str()))),
+                        None => {
+                            let defaults = broker.topic_defaults();
+                            match apply_ops(&current, &r.configs, |k| defaults.get(k).cloned()) {
+                                Ok(overrides) => alter_topic_in_cluster(&broker, &name, &current, overrides, req.validate_only).await,
+                                Err(e) => Err(e),
+                            }
+                        }
+                    },
+                },
+                other => not_in_cluster(other),
+            };
+            responses.push(alter_result(r.resource_type, r.resource_name, outcome));
+        }
+        return IncrementalAlterConfigsResponse::default().with_responses(responses);
+    }
     super::off_runtime(move || incremental_alter_configs_blocking(&broker, req)).await
+}
+
+fn alter_result(
+    resource_type: i8,
+    resource_name: kafka_protocol::protocol::StrBytes,
+    outcome: Result<(), (ResponseError, String)>,
+) -> AlterConfigsResourceResponse {
+    let resp = AlterConfigsResourceResponse::default().with_resource_type(resource_type).with_resource_name(resource_name);
+    match outcome {
+        Ok(()) => resp,
+        Err((code, msg)) => resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
+    }
+}
+
+/// What a cluster member answers for config changes it cannot make through the controller yet.
+fn not_in_cluster(resource_type: i8) -> Result<(), (ResponseError, String)> {
+    match resource_type {
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => {
+            Err((ResponseError::InvalidRequest, "dynamic broker configs are not supported in a sluice cluster yet".into()))
+        }
+        other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
+    }
+}
+
+/// Validates a topic's new overrides and asks the active controller to record them (as SET and
+/// DELETE operations against `current`); every broker's logs then take them from the image.
+async fn alter_topic_in_cluster(
+    broker: &std::sync::Arc<Broker>,
+    name: &str,
+    current: &BTreeMap<String, String>,
+    overrides: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<(), (ResponseError, String)> {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    for (k, v) in &overrides {
+        topic_config::validate(k, v).map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    }
+    let mut ops: Vec<AlterableConfig> = overrides
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| AlterableConfig::default().with_name(str_bytes(k)).with_config_operation(OP_SET).with_value(Some(str_bytes(v))))
+        .collect();
+    ops.extend(current.keys().filter(|k| !overrides.contains_key(*k)).map(|k| AlterableConfig::default().with_name(str_bytes(k)).with_config_operation(OP_DELETE)));
+    let req = IncrementalAlterConfigsRequest::default().with_validate_only(validate_only).with_resources(vec![AlterConfigsResource::default()
+        .with_resource_type(RESOURCE_TOPIC)
+        .with_resource_name(str_bytes(name))
+        .with_configs(ops)]);
+    let view = broker.cluster().expect("called in a cluster");
+    let resp = view
+        .call_controller(&req, 1)
+        .await
+        .map_err(|e| (ResponseError::RequestTimedOut, format!("the active controller did not answer: {e}")))?;
+    match resp.responses.first() {
+        Some(r) if r.error_code == 0 => Ok(()),
+        Some(r) => Err((ResponseError::try_from_code(r.error_code).unwrap_or(ResponseError::UnknownServerError), r.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default())),
+        None => Err((ResponseError::UnknownServerError, "the controller answered for no resource".into())),
+    }
 }
 
 fn incremental_alter_configs_blocking(broker: &Broker, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
@@ -306,6 +387,25 @@ fn incremental_alter_configs_blocking(broker: &Broker, req: IncrementalAlterConf
 /// Runs on the blocking pool, as [`incremental_alter_configs`] does.
 pub async fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse {
     let broker = ctx.broker.clone();
+    if broker.cluster().is_some() {
+        let mut responses = Vec::with_capacity(req.resources.len());
+        for r in req.resources {
+            let name = r.resource_name.to_string();
+            let values: BTreeMap<String, String> =
+                r.configs.iter().filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string()))).collect();
+            let outcome = match (r.resource_type, broker.topic_overrides(&name)) {
+                (RESOURCE_TOPIC, None) => Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist."))),
+                (RESOURCE_TOPIC, Some(current)) => alter_topic_in_cluster(&broker, &name, &current, values, req.validate_only).await,
+                (other, _) => not_in_cluster(other),
+            };
+            let resp = LegacyAlterResult::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);
+            responses.push(match outcome {
+                Ok(()) => resp,
+                Err((code, msg)) => resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
+            });
+        }
+        return AlterConfigsResponse::default().with_responses(responses);
+    }
     super::off_runtime(move || alter_configs_blocking(&broker, req)).await
 }
 

@@ -236,6 +236,25 @@ fn delete_topics_blocking(broker: &Broker, req: DeleteTopicsRequest) -> DeleteTo
 
 pub async fn create_partitions(ctx: &RequestContext, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let broker = &ctx.broker;
+    if let Some(view) = broker.cluster() {
+        // The controller places the new partitions; every broker then makes its local logs.
+        return match view.call_controller(&req, ctx.api_version.min(3)).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::warn!(error = %e, "forwarding CreatePartitions to the controller failed");
+                CreatePartitionsResponse::default().with_results(
+                    req.topics
+                        .iter()
+                        .map(|t| {
+                            CreatePartitionsTopicResult::default()
+                                .with_name(t.name.clone())
+                                .with_error_code(ResponseError::RequestTimedOut.code())
+                        })
+                        .collect(),
+                )
+            }
+        };
+    }
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();

@@ -51,8 +51,15 @@ pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) {
             }
             Some(_) => {}
         }
-        // Appends carry the epoch the image gives this broker's leadership.
+        // Appends carry the epoch the image gives this broker's leadership; the local logs take
+        // the topic's configs from the image.
         if let Some(local) = broker.topic(&topic.name).filter(|l| l.id == topic.id) {
+            let configs = image.configs.get(&(TOPIC_RESOURCE, topic.name.clone())).cloned().unwrap_or_default();
+            if local.overrides != configs {
+                if let Err(e) = broker.set_topic_configs(&topic.name, configs) {
+                    tracing::warn!(topic = %topic.name, error = %e, "applying the topic's configs to its local logs failed");
+                }
+            }
             for (index, p) in &topic.partitions {
                 if p.leader == me {
                     if let Some(lp) = local.partition(*index) {
@@ -237,6 +244,19 @@ impl Broker {
             Some(p) if p.leader == self.node_id => None,
             Some(p) => Some(NotLeader { leader: p.leader, leader_epoch: p.leader_epoch }),
             None => Some(NotLeader { leader: -1, leader_epoch: -1 }),
+        }
+    }
+
+    /// A topic's config overrides: the image's in a cluster, else the local topic's; None when
+    /// the topic does not exist.
+    pub fn topic_overrides(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        match self.cluster() {
+            Some(view) => {
+                let image = view.image();
+                image.topic_ids.get(name)?;
+                Some(image.configs.get(&(TOPIC_RESOURCE, name.to_string())).cloned().unwrap_or_default())
+            }
+            None => self.topic(name).map(|t| t.overrides.clone()),
         }
     }
 

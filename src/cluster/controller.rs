@@ -65,6 +65,7 @@ pub mod codes {
     pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const INVALID_CONFIG: i16 = 40;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const NOT_CONTROLLER: i16 = 41;
     pub const INVALID_REQUEST: i16 = 42;
@@ -315,6 +316,95 @@ impl Controller {
         Ok(out)
     }
 
+    /// Records for CreatePartitions: grow `name` to `count` partitions, placed as Kafka places
+    /// them (replication factor of partition 0), or at `assignments` (one replica list per new
+    /// partition) when given.
+    pub fn create_partitions(
+        &self,
+        image: &MetadataImage,
+        name: &str,
+        count: i32,
+        assignments: &[Vec<i32>],
+        start: Start,
+    ) -> Result<Vec<VersionedRecord>, Refusal> {
+        let topic = image
+            .topic(name)
+            .ok_or_else(|| refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."))?;
+        let current = topic.partitions.len() as i32;
+        if count <= current {
+            return Err(refuse(
+                codes::INVALID_PARTITIONS,
+                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
+            ));
+        }
+        let rf = topic.partitions.get(&0).map(|p| p.replicas.len()).unwrap_or(1) as i16;
+        let new = (count - current) as usize;
+        let replicas: Vec<Vec<i32>> = if assignments.is_empty() {
+            let brokers: Vec<PlacementBroker> = image
+                .brokers
+                .values()
+                .filter(|b| !b.fenced && !b.in_controlled_shutdown)
+                .map(|b| PlacementBroker { id: b.id, rack: b.rack.clone() })
+                .collect();
+            placement::place(&brokers, current as usize, new, rf, start).map_err(|e| refuse(codes::INVALID_REPLICATION_FACTOR, e.to_string()))?
+        } else {
+            if assignments.len() != new {
+                return Err(refuse(
+                    codes::INVALID_REPLICA_ASSIGNMENT,
+                    format!("Increasing the number of partitions by {new} but {} assignments provided.", assignments.len()),
+                ));
+            }
+            if let Some(b) = assignments.iter().flatten().find(|b| !image.brokers.contains_key(b)) {
+                return Err(refuse(
+                    codes::INVALID_REPLICA_ASSIGNMENT,
+                    format!("The manual partition assignment includes broker {b}, but no such broker is registered."),
+                ));
+            }
+            assignments.to_vec()
+        };
+        let mut out = Vec::with_capacity(new);
+        for (i, r) in replicas.into_iter().enumerate() {
+            let mut p = Partition::new(topic.id, current + i as i32, r.clone());
+            p.isr = r.iter().copied().filter(|b| eligible(image, *b)).collect();
+            p.leader = p.isr.first().copied().unwrap_or(-1);
+            if p.isr.is_empty() {
+                p.isr = r;
+            }
+            out.push(versioned(MetadataRecord::Partition(p)));
+        }
+        Ok(out)
+    }
+
+    /// Records for a topic's config changes: `(key, Some(value))` sets, `(key, None)` deletes.
+    /// Values are checked by the caller (the broker validated them; the controller checks
+    /// again with `config::topic::validate`).
+    pub fn alter_topic_configs(
+        &self,
+        image: &MetadataImage,
+        name: &str,
+        changes: &[(String, Option<String>)],
+    ) -> Result<Vec<VersionedRecord>, Refusal> {
+        if image.topic(name).is_none() {
+            return Err(refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, format!("Topic '{name}' does not exist.")));
+        }
+        let mut out = Vec::with_capacity(changes.len());
+        for (key, value) in changes {
+            if crate::config::topic::lookup(key).is_none() {
+                return Err(refuse(codes::INVALID_CONFIG, format!("Unknown topic config name: {key}")));
+            }
+            if let Some(v) = value {
+                crate::config::topic::validate(key, v).map_err(|e| refuse(codes::INVALID_CONFIG, e.to_string()))?;
+            }
+            out.push(versioned(MetadataRecord::Config {
+                resource_type: TOPIC_RESOURCE,
+                resource_name: name.to_string(),
+                name: key.clone(),
+                value: value.clone(),
+            }));
+        }
+        Ok(out)
+    }
+
     /// Records for DeleteTopics of one topic.
     pub fn delete_topic(&self, image: &MetadataImage, name: &str) -> Result<Vec<VersionedRecord>, Refusal> {
         let id = image.topic_ids.get(name).ok_or_else(|| refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."))?;
@@ -555,6 +645,29 @@ mod tests {
 
     fn none_configs() -> BTreeMap<String, String> {
         BTreeMap::new()
+    }
+
+    #[test]
+    fn new_partitions_continue_the_numbering_with_the_topics_replication_factor() {
+        let (c, mut image, _) = three_brokers();
+        with_topic(&c, &mut image, "orders", 2, 2);
+        let s = Start { leader: 0, shift: 0 };
+        let refused = |count: i32, assignments: &[Vec<i32>]| c.create_partitions(&image, "orders", count, assignments, s).unwrap_err().code;
+        assert_eq!(refused(2, &[]), codes::INVALID_PARTITIONS);
+        assert_eq!(refused(3, &[vec![1, 2], vec![2, 3]]), codes::INVALID_REPLICA_ASSIGNMENT);
+        assert_eq!(refused(3, &[vec![1, 9]]), codes::INVALID_REPLICA_ASSIGNMENT);
+        assert_eq!(c.create_partitions(&image, "gone", 3, &[], s).unwrap_err().code, codes::UNKNOWN_TOPIC_OR_PARTITION);
+        let records = c.create_partitions(&image, "orders", 5, &[], s).unwrap();
+        apply_all(&mut image, &records);
+        let t = image.topic("orders").unwrap();
+        assert_eq!(t.partitions.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+        for p in t.partitions.values() {
+            assert_eq!(p.replicas.len(), 2);
+            assert_eq!(p.leader, p.replicas[0]);
+        }
+        let records = c.create_partitions(&image, "orders", 6, &[vec![3, 1]], s).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(image.topic("orders").unwrap().partitions[&5].replicas, vec![3, 1]);
     }
 
     #[test]

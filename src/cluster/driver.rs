@@ -144,6 +144,30 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         Ok(id)
     }
 
+    /// CreatePartitions of one topic.
+    pub async fn create_partitions(&self, name: &str, count: i32, assignments: &[Vec<i32>], validate_only: bool) -> Result<(), Refusal> {
+        let state = self.lead().await?;
+        let image = self.image();
+        let unfenced = image.brokers.values().filter(|b| !b.fenced).count();
+        let records = state.core.create_partitions(&image, name, count, assignments, Start::random(unfenced))?;
+        if !validate_only {
+            self.propose(records).await?;
+            tracing::info!(topic = name, partitions = count, "added partitions");
+        }
+        Ok(())
+    }
+
+    /// IncrementalAlterConfigs of one topic (SET and DELETE only).
+    pub async fn alter_topic_configs(&self, name: &str, changes: &[(String, Option<String>)], validate_only: bool) -> Result<(), Refusal> {
+        let state = self.lead().await?;
+        let records = state.core.alter_topic_configs(&self.image(), name, changes)?;
+        if !validate_only && !records.is_empty() {
+            self.propose(records).await?;
+            tracing::info!(topic = name, changes = changes.len(), "changed topic configs");
+        }
+        Ok(())
+    }
+
     /// DeleteTopics of one topic.
     pub async fn delete_topic(&self, name: &str) -> Result<(), Refusal> {
         let state = self.lead().await?;

@@ -11,6 +11,8 @@
 //! | BrokerHeartbeat 0-1 | fenced / caught up / may shut down, or STALE_BROKER_EPOCH, BROKER_ID_NOT_REGISTERED, NOT_CONTROLLER |
 //! | CreateTopics 2-7 | per topic: its id, partitions and replication factor (placed across the unfenced brokers), or Kafka's error; brokers forward their clients' creations here |
 //! | DeleteTopics 1-6 | per topic, by name |
+//! | CreatePartitions 0-3 | per topic: new partitions placed as Kafka places them, or Kafka's error |
+//! | IncrementalAlterConfigs 0-1 | topics only, SET and DELETE (brokers resolve APPEND/SUBTRACT and send the result) |
 //!
 //! Offsets in DescribeQuorum count Raft log entries (one entry is one proposal of one or more
 //! metadata records), where Kafka's count records; the lag between voters means the same.
@@ -51,6 +53,8 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::BrokerHeartbeat, 0, 1),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -143,6 +147,14 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             ApiKey::DeleteTopics => {
                 let req = decode!(DeleteTopicsRequest);
                 respond(correlation_id, version, &self.delete_topics(req).await)
+            }
+            ApiKey::IncrementalAlterConfigs => {
+                let req = decode!(IncrementalAlterConfigsRequest);
+                respond(correlation_id, version, &self.incremental_alter_configs(req).await)
+            }
+            ApiKey::CreatePartitions => {
+                let req = decode!(CreatePartitionsRequest);
+                respond(correlation_id, version, &self.create_partitions(req).await)
             }
             other => Err(format!("{other:?} is not served on the controller listener")),
         }
@@ -375,5 +387,54 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             }
         }
         DeleteTopicsResponse::default().with_responses(results)
+    }
+
+    async fn create_partitions(&self, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+        use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+        let mut results = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+            let assignments: Vec<Vec<i32>> =
+                t.assignments.iter().flatten().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect();
+            results.push(match self.controller.create_partitions(t.name.0.as_str(), t.count, &assignments, req.validate_only).await {
+                Ok(()) => result,
+                Err(refusal) => result.with_error_code(refusal.code).with_error_message(Some(str_bytes(&refusal.message))),
+            });
+        }
+        CreatePartitionsResponse::default().with_results(results)
+    }
+
+    async fn incremental_alter_configs(&self, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+        use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+        const SET: i8 = 0;
+        const DELETE: i8 = 1;
+        let mut responses = Vec::with_capacity(req.resources.len());
+        for r in &req.resources {
+            let resp = AlterConfigsResourceResponse::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name.clone());
+            if r.resource_type != super::image::TOPIC_RESOURCE {
+                responses.push(resp.with_error_code(codes::INVALID_REQUEST).with_error_message(Some(str_bytes(
+                    "the sluice controller changes topic configs only",
+                ))));
+                continue;
+            }
+            let mut changes = Vec::with_capacity(r.configs.len());
+            let mut bad = None;
+            for c in &r.configs {
+                match (c.config_operation, &c.value) {
+                    (SET, Some(v)) => changes.push((c.name.to_string(), Some(v.to_string()))),
+                    (DELETE, _) => changes.push((c.name.to_string(), None)),
+                    (op, _) => bad = Some(format!("config operation {op} for {} is resolved by the broker; the controller takes SET and DELETE", c.name.as_str())),
+                }
+            }
+            let outcome = match bad {
+                Some(message) => Err(super::controller::Refusal { code: codes::INVALID_REQUEST, message }),
+                None => self.controller.alter_topic_configs(r.resource_name.as_str(), &changes, req.validate_only).await,
+            };
+            responses.push(match outcome {
+                Ok(()) => resp,
+                Err(refusal) => resp.with_error_code(refusal.code).with_error_message(Some(str_bytes(&refusal.message))),
+            });
+        }
+        IncrementalAlterConfigsResponse::default().with_responses(responses)
     }
 }

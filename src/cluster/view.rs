@@ -180,6 +180,16 @@ fn top_level_error<T: std::any::Any>(key: i16, resp: &T) -> Option<i16> {
     if key == ApiKey::CreateTopics as i16 {
         return any.downcast_ref::<CreateTopicsResponse>().and_then(|r| r.topics.iter().map(|t| t.error_code).find(|c| *c == NOT_CONTROLLER));
     }
+    if key == ApiKey::IncrementalAlterConfigs as i16 {
+        return any
+            .downcast_ref::<kafka_protocol::messages::IncrementalAlterConfigsResponse>()
+            .and_then(|r| r.responses.iter().map(|t| t.error_code).find(|c| *c == NOT_CONTROLLER));
+    }
+    if key == ApiKey::CreatePartitions as i16 {
+        return any
+            .downcast_ref::<kafka_protocol::messages::CreatePartitionsResponse>()
+            .and_then(|r| r.results.iter().map(|t| t.error_code).find(|c| *c == NOT_CONTROLLER));
+    }
     if key == ApiKey::DeleteTopics as i16 {
         return any
             .downcast_ref::<kafka_protocol::messages::DeleteTopicsResponse>()

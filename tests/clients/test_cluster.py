@@ -114,6 +114,25 @@ def test_three_nodes_are_one_cluster_to_kafka_tools_and_librdkafka(sluice_cluste
     out = tool("MetadataQuorumCommand", "--bootstrap-controller", c.bootstrap_controllers, "describe", "--replication").stdout
     assert sorted(int(line.split()[0]) for line in out.strip().splitlines()[1:]) == [1, 2, 3], out
 
+    # Partitions and configs change through the controller too, seen from every broker.
+    tool("TopicCommand", "--bootstrap-server", "127.0.0.1:%d" % c.ports[3], "--alter", "--topic", topic, "--partitions", "5")
+    rows = wait_until("the new partitions everywhere",
+                      lambda: (lambda r: r if sorted(r) == [0, 1, 2, 3, 4] else None)(describe("127.0.0.1:%d" % c.ports[1], topic)))
+    assert all(sorted(r[1]) == [1, 2, 3] for r in rows.values()), rows
+    tool("ConfigCommand", "--bootstrap-server", "127.0.0.1:%d" % c.ports[2], "--alter", "--entity-type", "topics",
+         "--entity-name", topic, "--add-config", "retention.ms=3600000,cleanup.policy=compact")
+    for port in c.ports.values():
+        out = tool("ConfigCommand", "--bootstrap-server", "127.0.0.1:%d" % port, "--describe", "--entity-type", "topics",
+                   "--entity-name", topic).stdout
+        assert "retention.ms=3600000" in out and "cleanup.policy=compact" in out, out
+    tool("ConfigCommand", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics",
+         "--entity-name", topic, "--delete-config", "cleanup.policy")
+    out = tool("ConfigCommand", "--bootstrap-server", c.bootstrap, "--describe", "--entity-type", "topics", "--entity-name", topic).stdout
+    assert "retention.ms=3600000" in out and "cleanup.policy" not in out, out
+    bad = tool("ConfigCommand", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics",
+               "--entity-name", topic, "--add-config", "retention.ms=soon", check=False)
+    assert bad.returncode != 0 and "InvalidConfigurationException" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+
     # Deleting goes through the controller too, and leaves every broker's metadata.
     a = admin(c.bootstrap)  # kept: the futures fail once the handle is destroyed
     a.delete_topics([topic], operation_timeout=30)[topic].result(30)
