@@ -132,15 +132,11 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     let mut unresolved: Vec<(Uuid, String, i32, ResponseError)> = Vec::new();
     for t in &req.topics {
         let name = if uses_ids { broker.topic_name_of(t.topic_id) } else { Some(t.topic.0.to_string()) };
-        let name = match (name, uses_ids) {
-            (Some(name), _) => name,
-            (None, true) => {
-                for p in &t.partitions {
-                    unresolved.push((t.topic_id, String::new(), p.partition, ResponseError::UnknownTopicId));
-                }
-                continue;
+        let Some(name) = name else {
+            for p in &t.partitions {
+                unresolved.push((t.topic_id, String::new(), p.partition, ResponseError::UnknownTopicId));
             }
-            (None, false) => unreachable!("named topics always have a name"),
+            continue;
         };
         for p in &t.partitions {
             requested.push((

@@ -44,6 +44,8 @@ pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) {
                     tracing::warn!(topic = %topic.name, error = %e, "making the local logs of a topic failed");
                 }
             }
+            // An older topic of the same name, removed once caught up.
+            Some(l) if l.id != topic.id => continue,
             Some(l) if (l.partitions.len() as i32) < count => {
                 if let Err(e) = broker.create_partitions(&topic.name, count) {
                     tracing::warn!(topic = %topic.name, error = %e, "making the local logs of new partitions failed");
@@ -260,6 +262,33 @@ impl Broker {
         }
     }
 
+    /// Whether a partition exists (in the image, in a cluster).
+    pub fn partition_exists(&self, topic: &str, index: i32) -> bool {
+        match self.cluster() {
+            Some(view) => view.partition(topic, index).is_some(),
+            None => self.partition(topic, index).is_some(),
+        }
+    }
+
+    /// A topic's id by name (the image's in a cluster).
+    pub fn topic_id_of(&self, name: &str) -> Option<uuid::Uuid> {
+        match self.cluster() {
+            Some(view) => view.image().topic_ids.get(name).copied(),
+            None => self.topic(name).map(|t| t.id),
+        }
+    }
+
+    /// Every topic's partition count (what consumer-group assignors see).
+    pub fn partition_counts(&self) -> BTreeMap<String, i32> {
+        match self.cluster() {
+            Some(view) => {
+                let image = view.image();
+                image.topics.values().map(|t| (t.name.clone(), t.partitions.len() as i32)).collect()
+            }
+            None => self.all_topics().iter().map(|t| (t.name.to_string(), t.partitions.len() as i32)).collect(),
+        }
+    }
+
     /// A topic's name from its id (the image's in a cluster).
     pub fn topic_name_of(&self, id: uuid::Uuid) -> Option<String> {
         match self.cluster() {
@@ -284,5 +313,76 @@ pub struct NotLeader {
 impl NotLeader {
     pub fn unknown(&self) -> bool {
         self.leader_epoch < 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::records::{MetadataRecord, Partition, PartitionChange};
+    use crate::config::BrokerConfig;
+    use uuid::Uuid;
+
+    fn broker(dir: &std::path::Path) -> Broker {
+        let pairs = [("log.dirs".to_string(), dir.display().to_string()), ("log.io.backend".into(), "std".into())];
+        Broker::open(BrokerConfig::from_pairs(pairs).unwrap().config).unwrap()
+    }
+
+    fn apply(image: &mut MetadataImage, records: Vec<MetadataRecord>) {
+        for r in records {
+            let offset = image.offset + 1;
+            image.apply(offset, &r).unwrap();
+        }
+    }
+
+    fn topic(name: &str, id: Uuid, replicas: &[Vec<i32>]) -> Vec<MetadataRecord> {
+        let mut out = vec![MetadataRecord::Topic { name: name.into(), topic_id: id }];
+        out.extend(replicas.iter().enumerate().map(|(i, r)| MetadataRecord::Partition(Partition::new(id, i as i32, r.clone()))));
+        out
+    }
+
+    #[test]
+    fn local_logs_follow_the_image_and_go_only_once_the_broker_has_caught_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = broker(dir.path());
+        let (orders, elsewhere) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut image = MetadataImage::default();
+        apply(&mut image, topic("orders", orders, &[vec![1, 2], vec![2, 1]]));
+        apply(&mut image, topic("elsewhere", elsewhere, &[vec![2, 3]]));
+        apply(
+            &mut image,
+            vec![MetadataRecord::Config { resource_type: TOPIC_RESOURCE, resource_name: "orders".into(), name: "retention.ms".into(), value: Some("60000".into()) }],
+        );
+        sync_topics(&b, &image, false);
+        let local = b.topic("orders").expect("a topic this broker holds replicas of");
+        assert_eq!((local.id, local.partitions.len()), (orders, 2));
+        assert_eq!(local.overrides.get("retention.ms").map(String::as_str), Some("60000"));
+        assert!(b.topic("elsewhere").is_none(), "no local logs for a topic without a replica here");
+
+        // Leadership in a later epoch: appends carry it.
+        let mut change = PartitionChange::new(orders, 1);
+        change.leader = 1;
+        apply(&mut image, vec![MetadataRecord::PartitionChange(change)]);
+        sync_topics(&b, &image, false);
+        assert_eq!(b.topic("orders").unwrap().partition(1).unwrap().leader_epoch(), 1);
+
+        // Deleted and created again under a new id: nothing is removed before the broker has
+        // caught up (its image may be behind), then the old logs make way for the new topic.
+        apply(&mut image, vec![MetadataRecord::RemoveTopic { topic_id: orders }]);
+        sync_topics(&b, &image, false);
+        assert_eq!(b.topic("orders").map(|t| t.id), Some(orders));
+        let again = Uuid::new_v4();
+        apply(&mut image, topic("orders", again, &[vec![1]]));
+        sync_topics(&b, &image, false);
+        assert_eq!(b.topic("orders").map(|t| t.id), Some(orders), "kept until caught up");
+        sync_topics(&b, &image, true);
+        let local = b.topic("orders").unwrap();
+        assert_eq!((local.id, local.partitions.len()), (again, 1));
+
+        // Gone from the image: removed, files too.
+        apply(&mut image, vec![MetadataRecord::RemoveTopic { topic_id: again }]);
+        sync_topics(&b, &image, true);
+        assert!(b.topic("orders").is_none());
+        assert!(!dir.path().join("orders-0").exists());
     }
 }

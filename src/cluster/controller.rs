@@ -193,8 +193,14 @@ impl Controller {
             change.in_controlled_shutdown = 1;
             shutting_down = true;
         }
+        let unfenced = change.fenced == -1;
         if change.fenced != 0 || change.in_controlled_shutdown != 0 {
             records.push(versioned(MetadataRecord::BrokerRegistrationChange(change)));
+        }
+        if unfenced {
+            // Back, it leads the partitions left leaderless with it in their ISR (a last
+            // replica that was fenced or shut down), as Kafka's handleBrokerUnfenced does.
+            records.extend(lead_leaderless(image, hb.broker_id));
         }
         if shutting_down || (hb.want_shutdown && fenced) {
             records.extend(move_leaderships_away(image, hb.broker_id, |id| id != hb.broker_id && eligible(image, id)));
@@ -428,6 +434,21 @@ impl Controller {
     }
 }
 
+/// Records making `broker` the leader of every partition without one whose ISR holds it.
+fn lead_leaderless(image: &MetadataImage, broker: i32) -> Vec<VersionedRecord> {
+    let mut out = Vec::new();
+    for topic in image.topics.values() {
+        for (i, p) in &topic.partitions {
+            if p.leader == -1 && p.isr.contains(&broker) {
+                let mut c = PartitionChange::new(topic.id, *i);
+                c.leader = broker;
+                out.push(versioned(MetadataRecord::PartitionChange(c)));
+            }
+        }
+    }
+    out
+}
+
 /// Whether `broker` may lead or join an ISR: registered, unfenced, not shutting down.
 fn eligible(image: &MetadataImage, broker: i32) -> bool {
     image.brokers.get(&broker).is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
@@ -585,6 +606,14 @@ mod tests {
         apply_all(&mut image, &records);
         let p = &image.topic("single").unwrap().partitions[&led_by_1[0]];
         assert_eq!((p.leader, p.isr.clone()), (-1, vec![1]));
+        // Broker 1 comes back (a new registration, then a caught-up heartbeat): it leads again.
+        let (records, epoch) = c.register(&image, &reg(1, 9), TIMEOUT + 2).unwrap();
+        apply_all(&mut image, &records);
+        let hb = Heartbeat { broker_id: 1, broker_epoch: epoch, metadata_offset: image.offset, want_shutdown: false };
+        let (records, _) = c.heartbeat(&image, &hb, TIMEOUT + 2).unwrap();
+        apply_all(&mut image, &records);
+        let p = &image.topic("single").unwrap().partitions[&led_by_1[0]];
+        assert_eq!((p.leader, p.leader_epoch), (1, 2));
     }
 
     #[test]

@@ -352,7 +352,7 @@ impl Parking<'_> {
 /// are included, as Kafka includes them: a member subscribing to `__consumer_offsets` by name,
 /// or with a regex matching it, is assigned its partitions.
 pub fn partition_counts(broker: &Broker) -> BTreeMap<String, i32> {
-    broker.all_topics().iter().map(|t| (t.name.to_string(), t.partitions.len() as i32)).collect()
+    broker.partition_counts()
 }
 
 fn deliver(waiters: &mut HashMap<u64, oneshot::Sender<Reply>>, completions: Vec<Completion>) {

@@ -174,3 +174,14 @@ def test_sigterm_moves_every_leadership_away_before_the_broker_exits(sluice_clus
     p = producer("127.0.0.1:%d" % c.ports[1], acks="all")
     delivery = produce_all(p, topic, make_records(60, 6))
     assert not delivery.failed and len(delivery.ok) == 60
+
+    # The whole cluster stops (the last broker standing keeps leading until it exits, leaving
+    # its partitions leaderless with it in their ISR) and starts again: each broker, unfenced,
+    # leads again what it was the last in-sync replica of.
+    for node in (1, 3):
+        assert c.sigterm(node) == 0
+    c.start()
+    rows = wait_until("every partition to have a leader again",
+                      lambda: (lambda r: r if len(r) == 6 and all(v[0] > 0 for v in r.values()) else None)(describe(c.bootstrap, topic)))
+    delivery = produce_all(producer(c.bootstrap, acks="all"), topic, make_records(60, 6))
+    assert not delivery.failed and len(delivery.ok) == 60, rows

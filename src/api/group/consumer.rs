@@ -18,7 +18,7 @@ use crate::group::consumer::{self, Heartbeat};
 const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
 
 fn topic_id(ctx: &RequestContext, name: &str) -> Uuid {
-    ctx.broker.topic(name).map(|t| t.id).unwrap_or(Uuid::nil())
+    ctx.broker.topic_id_of(name).unwrap_or(Uuid::nil())
 }
 
 pub async fn consumer_group_heartbeat(ctx: &RequestContext, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse {

@@ -11,7 +11,7 @@ use crate::api::{str_bytes, RequestContext};
 use crate::group::coordinator::OffsetCommit;
 
 fn partition_exists(ctx: &RequestContext, topic: &str, partition: i32) -> bool {
-    ctx.broker.partition(topic, partition).is_some()
+    ctx.broker.partition_exists(topic, partition)
 }
 
 pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> OffsetCommitResponse {
