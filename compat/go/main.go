@@ -1,7 +1,7 @@
 // Compatibility scenarios for franz-go (kgo + kadm).
 //
 //	compat-go list
-//	compat-go BOOTSTRAP [SCENARIO...]
+//	compat-go BOOTSTRAP [SCENARIO...]   (BOOTSTRAP: host:port[,host:port...])
 //
 // Prints one line per scenario: SCENARIO franz-go NAME PASS|FAIL detail
 package main
@@ -87,7 +87,7 @@ func contains(l []string, s string) bool {
 func topicName(s string) string { return "compat-franzgo-" + s + "-" + run }
 
 func newClient(opts ...kgo.Opt) (*kgo.Client, error) {
-	base := []kgo.Opt{kgo.SeedBrokers(bootstrap), kgo.RequestTimeoutOverhead(10 * time.Second)}
+	base := []kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.RequestTimeoutOverhead(10 * time.Second)}
 	return kgo.NewClient(append(base, opts...)...)
 }
 

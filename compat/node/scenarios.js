@@ -29,7 +29,7 @@ async function settled (read, ok, what) {
 }
 
 function kafka () {
-  return new Kafka({ clientId: 'compat-kafkajs', brokers: [bootstrap], logLevel: logLevel.NOTHING, requestTimeout: 15000, retry: { retries: 3 } })
+  return new Kafka({ clientId: 'compat-kafkajs', brokers: bootstrap.split(','), logLevel: logLevel.NOTHING, requestTimeout: 15000, retry: { retries: 3 } })
 }
 
 function makeRecords (partitions, n) {

@@ -107,7 +107,7 @@ fn describe_topic(broker: &Broker, name: &str, keys: &Option<Vec<kafka_protocol:
 /// Broker keys that can be changed at runtime: the broker-level defaults of topic configs
 /// (Kafka's `DynamicLogConfig` set).
 fn is_dynamic_broker_key(key: &str) -> bool {
-    topic_config::TOPIC_CONFIGS.iter().any(|(_, d)| d.broker_key == Some(key))
+    topic_config::is_dynamic_broker_key(key)
 }
 
 /// The resource name of a broker resource: "" is the cluster-wide default, our node id is this
@@ -166,13 +166,13 @@ fn apply_broker(broker: &Broker, name: &str, configs: std::collections::BTreeMap
         return Err((ResponseError::InvalidRequest, format!("Cannot update these configs dynamically: {refused:?}")));
     }
     for (k, v) in &configs {
-        let topic_key = crate::config::topic::broker_key_to_topic(k).unwrap_or(k);
-        topic_config::validate(topic_key, v).map_err(|e| {
-            (ResponseError::InvalidConfig, e.to_string().replace(&format!("configuration {topic_key}"), &format!("configuration {k}")))
-        })?;
+        topic_config::validate_broker_value(k, v).map_err(|e| (ResponseError::InvalidConfig, e))?;
     }
     if validate_only {
         return Ok(());
+    }
+    if broker.cluster().is_some() {
+        return Err((ResponseError::InvalidRequest, "a cluster member changes broker configs through the controller".into()));
     }
     broker.set_dynamic_broker_configs(node, configs).map_err(|e| (super::topics::topic_error_code(&e), e.to_string()))
 }
@@ -275,11 +275,27 @@ pub async fn incremental_alter_configs(ctx: &RequestContext, req: IncrementalAlt
                         None => {
                             let defaults = broker.topic_defaults();
                             match apply_ops(&current, &r.configs, |k| defaults.get(k).cloned()) {
-                                Ok(overrides) => alter_topic_in_cluster(&broker, &name, &current, overrides, req.validate_only).await,
+                                Ok(overrides) => match overrides.iter().try_for_each(|(k, v)| topic_config::validate(k, v)) {
+                                    Ok(()) => alter_in_cluster(&broker, RESOURCE_TOPIC, &name, &current, overrides, req.validate_only).await,
+                                    Err(e) => Err((ResponseError::InvalidConfig, e.to_string())),
+                                },
                                 Err(e) => Err(e),
                             }
                         }
                     },
+                },
+                RESOURCE_BROKER => match broker_entity(&broker, &name) {
+                    Err(e) => Err(e),
+                    Ok(_) => {
+                        let current = broker.image_broker_configs(&name);
+                        match apply_ops(&current, &r.configs, |k| broker.config.broker_value(k)) {
+                            Ok(configs) => match apply_broker(&broker, &name, configs.clone(), true) {
+                                Ok(()) => alter_in_cluster(&broker, RESOURCE_BROKER, &name, &current, configs, req.validate_only).await,
+                                Err(e) => Err(e),
+                            },
+                            Err(e) => Err(e),
+                        }
+                    }
                 },
                 other => not_in_cluster(other),
             };
@@ -302,29 +318,26 @@ fn alter_result(
     }
 }
 
-/// What a cluster member answers for config changes it cannot make through the controller yet.
+/// What a cluster member answers for other resource types.
 fn not_in_cluster(resource_type: i8) -> Result<(), (ResponseError, String)> {
     match resource_type {
-        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => {
-            Err((ResponseError::InvalidRequest, "dynamic broker configs are not supported in a sluice cluster yet".into()))
-        }
+        RESOURCE_BROKER_LOGGER => Err((ResponseError::InvalidRequest, "broker loggers are set with log.level".into())),
         other => Err((ResponseError::InvalidRequest, format!("Unsupported resource type {other}"))),
     }
 }
 
-/// Validates a topic's new overrides and asks the active controller to record them (as SET and
-/// DELETE operations against `current`); every broker's logs then take them from the image.
-async fn alter_topic_in_cluster(
+/// Asks the active controller to record a resource's new configs (validated by the caller), as
+/// SET and DELETE operations against `current`; every broker then takes them from the image
+/// (`broker::cluster::sync_topics`).
+async fn alter_in_cluster(
     broker: &std::sync::Arc<Broker>,
+    resource_type: i8,
     name: &str,
     current: &BTreeMap<String, String>,
     overrides: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<(), (ResponseError, String)> {
     use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
-    for (k, v) in &overrides {
-        topic_config::validate(k, v).map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
-    }
     let mut ops: Vec<AlterableConfig> = overrides
         .iter()
         .filter(|(k, v)| current.get(*k) != Some(*v))
@@ -332,7 +345,7 @@ async fn alter_topic_in_cluster(
         .collect();
     ops.extend(current.keys().filter(|k| !overrides.contains_key(*k)).map(|k| AlterableConfig::default().with_name(str_bytes(k)).with_config_operation(OP_DELETE)));
     let req = IncrementalAlterConfigsRequest::default().with_validate_only(validate_only).with_resources(vec![AlterConfigsResource::default()
-        .with_resource_type(RESOURCE_TOPIC)
+        .with_resource_type(resource_type)
         .with_resource_name(str_bytes(name))
         .with_configs(ops)]);
     let view = broker.cluster().expect("called in a cluster");
@@ -395,7 +408,17 @@ pub async fn alter_configs(ctx: &RequestContext, req: AlterConfigsRequest) -> Al
                 r.configs.iter().filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string()))).collect();
             let outcome = match (r.resource_type, broker.topic_overrides(&name)) {
                 (RESOURCE_TOPIC, None) => Err((ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist."))),
-                (RESOURCE_TOPIC, Some(current)) => alter_topic_in_cluster(&broker, &name, &current, values, req.validate_only).await,
+                (RESOURCE_TOPIC, Some(current)) => match values.iter().try_for_each(|(k, v)| topic_config::validate(k, v)) {
+                    Ok(()) => alter_in_cluster(&broker, RESOURCE_TOPIC, &name, &current, values, req.validate_only).await,
+                    Err(e) => Err((ResponseError::InvalidConfig, e.to_string())),
+                },
+                (RESOURCE_BROKER, _) => match apply_broker(&broker, &name, values.clone(), true) {
+                    Ok(()) => {
+                        let current = broker.image_broker_configs(&name);
+                        alter_in_cluster(&broker, RESOURCE_BROKER, &name, &current, values, req.validate_only).await
+                    }
+                    Err(e) => Err(e),
+                },
                 (other, _) => not_in_cluster(other),
             };
             let resp = LegacyAlterResult::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);

@@ -192,26 +192,33 @@ pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> El
         return ElectLeadersResponse::default().with_error_code(ResponseError::InvalidRequest.code());
     }
     let results = match req.topic_partitions {
-        None => broker.all_topics().iter().map(|t| ReplicaElectionResult::default().with_topic(topic_name(&t.name))).collect(),
+        None => broker.all_topic_infos().iter().map(|t| ReplicaElectionResult::default().with_topic(topic_name(&t.name))).collect(),
         Some(topics) => topics
             .into_iter()
             .map(|t| {
-                let topic = broker.topic(&t.topic);
+                let topic = broker.topic_info(&t.topic);
                 let partitions = t
                     .partitions
                     .iter()
                     .map(|&p| {
                         let r = PartitionResult::default().with_partition_id(p);
-                        match &topic {
+                        match topic.as_ref().map(|topic| topic.partitions.iter().find(|x| x.index == p)) {
                             None => r
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                                 .with_error_message(Some(str_bytes(&format!("No such topic as {}", t.topic.as_str())))),
-                            Some(topic) if topic.partition(p).is_none() => r
+                            Some(None) => r
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                                 .with_error_message(Some(str_bytes(&format!("No such partition as {}-{p}", t.topic.as_str())))),
-                            Some(_) => r
+                            Some(Some(part)) if part.replicas.first() == Some(&part.leader) => r
                                 .with_error_code(ResponseError::ElectionNotNeeded.code())
                                 .with_error_message(Some(str_bytes("Leader election not needed for topic partition."))),
+                            // In a cluster, elections that move leadership wait for replication:
+                            // a follower's log is not yet a copy of its leader's.
+                            Some(Some(_)) => r
+                                .with_error_code(ResponseError::PreferredLeaderNotAvailable.code())
+                                .with_error_message(Some(str_bytes(
+                                    "sluice does not move leadership on request until followers replicate their leader",
+                                ))),
                         }
                     })
                     .collect();

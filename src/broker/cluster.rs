@@ -14,12 +14,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Broker;
-use crate::cluster::image::{MetadataImage, TOPIC_RESOURCE};
+use crate::cluster::image::{MetadataImage, BROKER_RESOURCE, TOPIC_RESOURCE};
 
-/// Brings the local topics in line with `image`. Local logs are removed only when
-/// `caught_up`: an image still catching up after a restart may lack topics that exist.
+/// Brings the local topics (and the dynamic broker configs: the cluster default and this
+/// broker's) in line with `image`. Local logs are removed only when `caught_up`: an image still
+/// catching up after a restart may lack topics that exist.
 pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) {
     let me = broker.node_id;
+    let (cluster_default, own) = broker.dynamic_broker_configs();
+    for (node, entity, local) in [(false, String::new(), cluster_default), (true, me.to_string(), own)] {
+        let wanted = image.configs.get(&(BROKER_RESOURCE, entity)).cloned().unwrap_or_default();
+        if wanted != local && (caught_up || !wanted.is_empty()) {
+            if let Err(e) = broker.set_dynamic_broker_configs(node, wanted) {
+                tracing::warn!(error = %e, "applying the cluster's dynamic broker configs failed");
+            }
+        }
+    }
     for topic in image.topics.values() {
         let hosted = topic.partitions.values().any(|p| p.replicas.contains(&me));
         let local = broker.topic(&topic.name);
@@ -260,6 +270,13 @@ impl Broker {
             }
             None => self.topic(name).map(|t| t.overrides.clone()),
         }
+    }
+
+    /// The dynamic configs the image holds for a broker entity ("" is the cluster default).
+    pub fn image_broker_configs(&self, entity: &str) -> BTreeMap<String, String> {
+        self.cluster()
+            .and_then(|view| view.image().configs.get(&(BROKER_RESOURCE, entity.to_string())).cloned())
+            .unwrap_or_default()
     }
 
     /// Whether a partition exists (in the image, in a cluster).

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use super::image::{MetadataImage, TOPIC_RESOURCE};
+use super::image::{MetadataImage, BROKER_RESOURCE, TOPIC_RESOURCE};
 use super::placement::{self, PlacementBroker, Start};
 use super::records::{
     BrokerRegistrationChange, Endpoint, MetadataRecord, Partition, PartitionChange, RegisterBroker, SupportedFeature,
@@ -381,32 +381,39 @@ impl Controller {
         Ok(out)
     }
 
-    /// Records for a topic's config changes: `(key, Some(value))` sets, `(key, None)` deletes.
-    /// Values are checked by the caller (the broker validated them; the controller checks
-    /// again with `config::topic::validate`).
-    pub fn alter_topic_configs(
+    /// Records for config changes of a topic or of a broker entity ("" is the cluster-wide
+    /// default, else a broker id): `(key, Some(value))` sets, `(key, None)` deletes. Values are
+    /// checked again here, with the rules the broker checked them with.
+    pub fn alter_configs(
         &self,
         image: &MetadataImage,
+        resource_type: i8,
         name: &str,
         changes: &[(String, Option<String>)],
     ) -> Result<Vec<VersionedRecord>, Refusal> {
-        if image.topic(name).is_none() {
-            return Err(refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, format!("Topic '{name}' does not exist.")));
+        use crate::config::topic;
+        match resource_type {
+            TOPIC_RESOURCE if image.topic(name).is_none() => {
+                return Err(refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, format!("Topic '{name}' does not exist.")));
+            }
+            TOPIC_RESOURCE => {}
+            BROKER_RESOURCE if name.is_empty() || name.parse::<i32>().is_ok() => {}
+            BROKER_RESOURCE => return Err(refuse(codes::INVALID_REQUEST, format!("Unexpected broker id {name}"))),
+            other => return Err(refuse(codes::INVALID_REQUEST, format!("Unsupported resource type {other}"))),
         }
         let mut out = Vec::with_capacity(changes.len());
         for (key, value) in changes {
-            if crate::config::topic::lookup(key).is_none() {
-                return Err(refuse(codes::INVALID_CONFIG, format!("Unknown topic config name: {key}")));
-            }
-            if let Some(v) = value {
-                crate::config::topic::validate(key, v).map_err(|e| refuse(codes::INVALID_CONFIG, e.to_string()))?;
-            }
-            out.push(versioned(MetadataRecord::Config {
-                resource_type: TOPIC_RESOURCE,
-                resource_name: name.to_string(),
-                name: key.clone(),
-                value: value.clone(),
-            }));
+            let checked = match (resource_type, value) {
+                (TOPIC_RESOURCE, _) if topic::lookup(key).is_none() => Err(format!("Unknown topic config name: {key}")),
+                (TOPIC_RESOURCE, Some(v)) => topic::validate(key, v).map_err(|e| e.to_string()),
+                (_, _) if resource_type == BROKER_RESOURCE && !topic::is_dynamic_broker_key(key) => {
+                    Err(format!("Cannot update these configs dynamically: [\"{key}\"]"))
+                }
+                (_, Some(v)) => topic::validate_broker_value(key, v),
+                (_, None) => Ok(()),
+            };
+            checked.map_err(|message| refuse(codes::INVALID_CONFIG, message))?;
+            out.push(versioned(MetadataRecord::Config { resource_type, resource_name: name.to_string(), name: key.clone(), value: value.clone() }));
         }
         Ok(out)
     }
@@ -674,6 +681,28 @@ mod tests {
 
     fn none_configs() -> BTreeMap<String, String> {
         BTreeMap::new()
+    }
+
+    #[test]
+    fn config_changes_are_checked_again_by_the_controller() {
+        let (c, mut image, _) = three_brokers();
+        with_topic(&c, &mut image, "orders", 1, 1);
+        let set = |k: &str, v: &str| vec![(k.to_string(), Some(v.to_string()))];
+        let code = |t: i8, name: &str, changes: Vec<(String, Option<String>)>| c.alter_configs(&image, t, name, &changes).map(drop).map_err(|e| e.code);
+        assert_eq!(code(TOPIC_RESOURCE, "gone", set("retention.ms", "1")), Err(codes::UNKNOWN_TOPIC_OR_PARTITION));
+        assert_eq!(code(TOPIC_RESOURCE, "orders", set("retention.ms", "soon")), Err(codes::INVALID_CONFIG));
+        assert_eq!(code(TOPIC_RESOURCE, "orders", set("no.such.key", "1")), Err(codes::INVALID_CONFIG));
+        assert_eq!(code(BROKER_RESOURCE, "", set("num.io.threads", "4")), Err(codes::INVALID_CONFIG));
+        assert_eq!(code(BROKER_RESOURCE, "x", set("log.retention.ms", "1000")), Err(codes::INVALID_REQUEST));
+        let records = c.alter_configs(&image, BROKER_RESOURCE, "", &set("log.retention.ms", "1000")).unwrap();
+        apply_all(&mut image, &records);
+        let records = c.alter_configs(&image, TOPIC_RESOURCE, "orders", &set("retention.ms", "5000")).unwrap();
+        apply_all(&mut image, &records);
+        assert_eq!(image.configs[&(BROKER_RESOURCE, String::new())]["log.retention.ms"], "1000");
+        assert_eq!(image.configs[&(TOPIC_RESOURCE, "orders".to_string())]["retention.ms"], "5000");
+        let records = c.alter_configs(&image, TOPIC_RESOURCE, "orders", &[("retention.ms".to_string(), None)]).unwrap();
+        apply_all(&mut image, &records);
+        assert!(!image.configs.contains_key(&(TOPIC_RESOURCE, "orders".to_string())));
     }
 
     #[test]

@@ -157,13 +157,13 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         Ok(())
     }
 
-    /// IncrementalAlterConfigs of one topic (SET and DELETE only).
-    pub async fn alter_topic_configs(&self, name: &str, changes: &[(String, Option<String>)], validate_only: bool) -> Result<(), Refusal> {
+    /// IncrementalAlterConfigs of one topic or broker entity (SET and DELETE only).
+    pub async fn alter_configs(&self, resource_type: i8, name: &str, changes: &[(String, Option<String>)], validate_only: bool) -> Result<(), Refusal> {
         let state = self.lead().await?;
-        let records = state.core.alter_topic_configs(&self.image(), name, changes)?;
+        let records = state.core.alter_configs(&self.image(), resource_type, name, changes)?;
         if !validate_only && !records.is_empty() {
             self.propose(records).await?;
-            tracing::info!(topic = name, changes = changes.len(), "changed topic configs");
+            tracing::info!(resource_type, name, changes = changes.len(), "changed configs");
         }
         Ok(())
     }

@@ -12,7 +12,7 @@
 //! | CreateTopics 2-7 | per topic: its id, partitions and replication factor (placed across the unfenced brokers), or Kafka's error; brokers forward their clients' creations here |
 //! | DeleteTopics 1-6 | per topic, by name |
 //! | CreatePartitions 0-3 | per topic: new partitions placed as Kafka places them, or Kafka's error |
-//! | IncrementalAlterConfigs 0-1 | topics only, SET and DELETE (brokers resolve APPEND/SUBTRACT and send the result) |
+//! | IncrementalAlterConfigs 0-1 | topics and dynamic broker configs, SET and DELETE (brokers resolve APPEND/SUBTRACT and send the result) |
 //!
 //! Offsets in DescribeQuorum count Raft log entries (one entry is one proposal of one or more
 //! metadata records), where Kafka's count records; the lag between voters means the same.
@@ -411,12 +411,6 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
         let mut responses = Vec::with_capacity(req.resources.len());
         for r in &req.resources {
             let resp = AlterConfigsResourceResponse::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name.clone());
-            if r.resource_type != super::image::TOPIC_RESOURCE {
-                responses.push(resp.with_error_code(codes::INVALID_REQUEST).with_error_message(Some(str_bytes(
-                    "the sluice controller changes topic configs only",
-                ))));
-                continue;
-            }
             let mut changes = Vec::with_capacity(r.configs.len());
             let mut bad = None;
             for c in &r.configs {
@@ -428,7 +422,7 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             }
             let outcome = match bad {
                 Some(message) => Err(super::controller::Refusal { code: codes::INVALID_REQUEST, message }),
-                None => self.controller.alter_topic_configs(r.resource_name.as_str(), &changes, req.validate_only).await,
+                None => self.controller.alter_configs(r.resource_type, r.resource_name.as_str(), &changes, req.validate_only).await,
             };
             responses.push(match outcome {
                 Ok(()) => resp,

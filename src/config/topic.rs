@@ -139,6 +139,19 @@ pub fn lookup(key: &str) -> Option<&'static TopicConfigDef> {
     TOPIC_CONFIGS.iter().find(|(k, _)| *k == key).map(|(_, d)| d)
 }
 
+/// Broker keys that can be changed at runtime: the broker-level defaults of topic configs
+/// (Kafka's `DynamicLogConfig` set).
+pub fn is_dynamic_broker_key(key: &str) -> bool {
+    TOPIC_CONFIGS.iter().any(|(_, d)| d.broker_key == Some(key))
+}
+
+/// Checks a dynamic broker config's value with the rules of the topic key it sets; the error
+/// names the broker key.
+pub fn validate_broker_value(key: &str, value: &str) -> Result<(), String> {
+    let topic_key = broker_key_to_topic(key).unwrap_or(key);
+    validate(topic_key, value).map_err(|e| e.to_string().replace(&format!("configuration {topic_key}"), &format!("configuration {key}")))
+}
+
 /// Maps a broker key (`log.retention.hours`, `log.segment.bytes`...) to the topic key it sets.
 pub fn broker_key_to_topic(key: &str) -> Option<&'static str> {
     match key {

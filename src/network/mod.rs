@@ -216,7 +216,7 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
 /// Sets SO_SNDBUF (`socket.send.buffer.bytes`, Kafka's default 102400), which also turns off
 /// the kernel's autotuning of the send buffer. On a 2-core VM, a raw fetch loop reading 1 GiB from
 /// the page cache cost the broker about half the CPU with 102400 as with the autotuned buffer
-/// (loopback delivery in `sendfile`; see ARCHITECTURE.md, "Socket send buffer").
+/// (loopback delivery in `sendfile`; see bench/METHOD.md, "Fetch: socket send buffer").
 fn set_send_buffer(stream: &tokio::net::TcpStream, bytes: usize) -> std::io::Result<()> {
     socket2::SockRef::from(stream).set_send_buffer_size(bytes)
 }

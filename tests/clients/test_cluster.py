@@ -132,6 +132,13 @@ def test_three_nodes_are_one_cluster_to_kafka_tools_and_librdkafka(sluice_cluste
     bad = tool("ConfigCommand", "--bootstrap-server", c.bootstrap, "--alter", "--entity-type", "topics",
                "--entity-name", topic, "--add-config", "retention.ms=soon", check=False)
     assert bad.returncode != 0 and "InvalidConfigurationException" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+    # A cluster-wide dynamic broker default, set through one broker, reaches every broker.
+    tool("ConfigCommand", "--bootstrap-server", "127.0.0.1:%d" % c.ports[1], "--alter", "--entity-type", "brokers",
+         "--entity-default", "--add-config", "log.retention.ms=7200000")
+    for node, port in c.ports.items():
+        wait_until("the broker default on broker %d" % node, lambda: "log.retention.ms=7200000" in tool(
+            "ConfigCommand", "--bootstrap-server", "127.0.0.1:%d" % port, "--describe", "--entity-type", "brokers",
+            "--entity-name", str(node), "--all").stdout)
 
     # Deleting goes through the controller too, and leaves every broker's metadata.
     a = admin(c.bootstrap)  # kept: the futures fail once the handle is destroyed

@@ -22,8 +22,8 @@
 //! first reads.
 //!
 //! `log.io.direct.reads=false` ([`super::DirectBackend::direct_reads`]) turns this off: every
-//! range then goes through the page cache, as where `cachestat` is missing. ARCHITECTURE.md ("The
-//! log on disk") has the measurements for each.
+//! range then goes through the page cache, as where `cachestat` is missing. bench/METHOD.md ("Measurement
+//! history", "The log on disk") has the measurements for each.
 //!
 //! # Failure behaviour
 //! A kernel without `cachestat` (or a seccomp filter that refuses it) makes every range look

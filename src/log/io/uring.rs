@@ -11,7 +11,7 @@
 //! design sent every operation to one storage thread that owned a ring; each append then woke
 //! that thread and was woken back by it, on top of the kernel's own worker, and on ext4 (which
 //! hands buffered writes to an `iou-wrk` kernel thread) that cost about twice the broker CPU per
-//! GiB of the std backend on 16 KiB batches (see ARCHITECTURE.md, "I/O backends").
+//! GiB of the std backend on 16 KiB batches (see bench/METHOD.md, "I/O backends: io_uring and std").
 //!
 //! # Buffered writes the kernel cannot take asynchronously
 //! io_uring completes a buffered write inline only where the filesystem has a non-blocking
