@@ -42,10 +42,12 @@ test-metrics: release test-clients
 
 ## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,
 ## kafka-python): `make compat` against sluice, `make compat TARGET=kafka` against Apache Kafka,
-## `make compat-matrix` runs both and regenerates compat/MATRIX.md.
+## NODES=3 against a three-node cluster of either, `make compat-matrix` runs both single nodes and
+## regenerates compat/MATRIX.md.
 TARGET ?= sluice
+NODES ?= 1
 compat: $(if $(filter sluice,$(TARGET)),release)
-	compat/run.sh --target $(TARGET)
+	compat/run.sh --target $(TARGET) --nodes $(NODES)
 
 compat-matrix: release
 	compat/run.sh --target kafka --write-matrix

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Run every client compatibility scenario against sluice or Apache Kafka and print a matrix.
 #
-#   compat/run.sh [--target sluice|kafka] [--bootstrap HOST:PORT] [--log-dir DIR]
+#   compat/run.sh [--target sluice|kafka] [--nodes N] [--bootstrap HOST:PORT,...] [--log-dir DIR]
 #                 [--clients a,b] [--timeout SECS] [-j N] [--write-matrix]
 #
 #   --target       sluice (default) or kafka; only for sluice are compat/expected-failures.txt applied
+#   --nodes        1 (default), or a cluster of N nodes: `sluice dev-cluster N`, or N Kafka nodes
+#                  each broker and controller (kafka-ref.sh --voters)
 #   --bootstrap    use a running broker; otherwise the runner starts one in a temp dir:
 #                  sluice from $SLUICE_BIN (default target/release/sluice), kafka via compat/kafka/kafka-ref.sh
 #   --log-dir      the running broker's log.dirs (lets the kafka-dump-log scenario find segments)
@@ -21,12 +23,13 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CACHE="${SLUICE_CACHE:-$ROOT/.cache}"
 C="$CACHE/compat"
-TARGET=sluice BOOTSTRAP="" LOGDIR="" TIMEOUT=120 JOBS=3 WRITE=0
+TARGET=sluice BOOTSTRAP="" LOGDIR="" TIMEOUT=120 JOBS=3 WRITE=0 NODES=1
 CLIENTS="java kafka-tools kcat confluent-python franz-go kafkajs kafka-python"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --target) TARGET="$2"; shift 2 ;;
     --bootstrap) BOOTSTRAP="$2"; shift 2 ;;
+    --nodes) NODES="$2"; shift 2 ;;
     --log-dir) LOGDIR="$2"; shift 2 ;;
     --clients) CLIENTS="${2//,/ }"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
@@ -37,6 +40,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ "$TARGET" == sluice || "$TARGET" == kafka ]] || { echo "run.sh: --target must be sluice or kafka" >&2; exit 2; }
+(( WRITE == 0 || NODES == 1 )) || { echo "run.sh: --write-matrix records single-node runs only" >&2; exit 2; }
 mkdir -p "$C"
 say() { echo "compat: $*" >&2; }
 START=$SECONDS
@@ -125,17 +129,61 @@ client_cmd() {
 
 # ------------------------------------------------------------------ the target broker
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-compat.XXXXXX")"
-BROKER_PID="" KREF_DIR=""
+BROKER_PID="" KREF_DIR="" KREF_NODES=0
 cleanup() {
   if [[ -n "$BROKER_PID" ]]; then kill "$BROKER_PID" 2>/dev/null; wait "$BROKER_PID" 2>/dev/null; fi
   if [[ -n "$KREF_DIR" ]]; then "$ROOT/compat/kafka/kafka-ref.sh" stop --dir "$KREF_DIR" --state-dir "$TMP/kafka-state" >/dev/null 2>&1; fi
+  for i in $(seq 1 "$KREF_NODES"); do
+    "$ROOT/compat/kafka/kafka-ref.sh" kill9 --dir "$TMP/kafka$i/data" --state-dir "$TMP/kafka$i/state" >/dev/null 2>&1
+  done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 if [[ -z "$BOOTSTRAP" ]]; then
-  if [[ "$TARGET" == sluice ]]; then
+  if [[ "$TARGET" == sluice && "$NODES" != 1 ]]; then
+    BIN="${SLUICE_BIN:-$ROOT/target/release/sluice}"
+    [[ -x "$BIN" ]] || { say "no sluice binary at $BIN (cargo build --release, or set SLUICE_BIN)"; exit 2; }
+    # A base port whose client, controller (+100) and metrics (+200) ports are all free.
+    BASE="$(python3 - "$NODES" <<'PY'
+import socket, sys
+n = int(sys.argv[1])
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); base = s.getsockname()[1]; s.close()
+    if base + 200 + n > 65535:
+        continue
+    try:
+        held = []
+        for off in [o + k for o in (0, 100, 200) for k in range(n)]:
+            h = socket.socket(); h.bind(("127.0.0.1", base + off)); held.append(h)
+        for h in held:
+            h.close()
+        print(base)
+        break
+    except OSError:
+        pass
+PY
+)"
+    "$BIN" dev-cluster "$NODES" --dir "$TMP/data" --port "$BASE" >"$TMP/sluice.log" 2>&1 &
+    BROKER_PID=$!
+    for _ in $(seq 1 300); do
+      BOOTSTRAP="$(sed -n 's/^bootstrap.servers=//p' "$TMP/sluice.log" | head -1)"
+      [[ -n "$BOOTSTRAP" ]] && break
+      kill -0 "$BROKER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ -n "$BOOTSTRAP" ]] || { say "sluice dev-cluster did not start:"; tail -20 "$TMP/sluice.log" >&2; exit 2; }
+    # Until every node is unfenced, Metadata lists fewer brokers than the scenarios expect.
+    for i in $(seq 1 "$NODES"); do
+      for _ in $(seq 1 300); do
+        grep -q "this broker is unfenced" "$TMP/data/node$i.log" 2>/dev/null && break
+        sleep 0.1
+      done
+    done
+    LOGDIR="$(seq -f "$TMP/data/node%g" -s: 1 "$NODES")"
+    say "started a $NODES-node sluice cluster ($BIN) at $BOOTSTRAP"
+  elif [[ "$TARGET" == sluice ]]; then
     BIN="${SLUICE_BIN:-$ROOT/target/release/sluice}"
     [[ -x "$BIN" ]] || { say "no sluice binary at $BIN (cargo build --release, or set SLUICE_BIN)"; exit 2; }
     mkdir -p "$TMP/data"
@@ -150,6 +198,27 @@ if [[ -z "$BOOTSTRAP" ]]; then
     [[ -n "$BOOTSTRAP" ]] || { say "sluice did not start:"; tail -20 "$TMP/sluice.log" >&2; exit 2; }
     LOGDIR="$TMP/data"
     say "started sluice ($BIN) at $BOOTSTRAP, log dir $LOGDIR"
+  elif [[ "$NODES" != 1 ]]; then
+    free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+    PORTS=() CPORTS=() VOTERS=""
+    for i in $(seq 1 "$NODES"); do
+      PORTS+=("$(free_port)"); CPORTS+=("$(free_port)")
+      VOTERS="${VOTERS:+$VOTERS,}$i@127.0.0.1:${CPORTS[$((i - 1))]}"
+    done
+    CID="$(python3 -c 'import base64; print(base64.urlsafe_b64encode(b"sluice-compat-kc").decode().rstrip("="))')"
+    say "starting a $NODES-node Apache Kafka cluster (compat/kafka/kafka-ref.sh)"
+    KREF_NODES="$NODES"
+    for i in $(seq 1 "$NODES"); do
+      "$ROOT/compat/kafka/kafka-ref.sh" start --dir "$TMP/kafka$i/data" --state-dir "$TMP/kafka$i/state" \
+        --port "${PORTS[$((i - 1))]}" --controller-port "${CPORTS[$((i - 1))]}" --node-id "$i" --voters "$VOTERS" \
+        --cluster-id "$CID" --no-wait >&2 || { say "Kafka node $i did not start"; exit 2; }
+    done
+    for i in $(seq 1 "$NODES"); do
+      "$ROOT/compat/kafka/kafka-ref.sh" wait --dir "$TMP/kafka$i/data" --state-dir "$TMP/kafka$i/state" \
+        --port "${PORTS[$((i - 1))]}" >&2 || { say "Kafka node $i did not serve"; exit 2; }
+    done
+    BOOTSTRAP="$(for p in "${PORTS[@]}"; do printf '127.0.0.1:%s,' "$p"; done)"; BOOTSTRAP="${BOOTSTRAP%,}"
+    LOGDIR="$(seq -f "$TMP/kafka%g/data" -s: 1 "$NODES")"
   else
     PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
     KREF_DIR="$TMP/kafka-data"
@@ -212,6 +281,9 @@ rc=${PIPESTATUS[0]}
 if (( rc != 0 )); then
   # The broker's own log, for the unexpected results above (Kafka's: its warnings and errors).
   if [[ -f "$TMP/sluice.log" ]]; then echo; echo "== last 40 lines of the sluice log"; tail -n 40 "$TMP/sluice.log"; fi
+  for f in "$TMP"/data/node*.log; do
+    [[ -f "$f" ]] && { echo; echo "== WARN/ERROR lines of $(basename "$f")"; grep -E "WARN|ERROR" "$f" | tail -n 20; }
+  done
   if [[ -f "$TMP/kafka-state/server.log" ]]; then
     echo; echo "== last 30 WARN/ERROR lines of Kafka's server.log"; grep -E "WARN|ERROR" "$TMP/kafka-state/server.log" | tail -n 30
   fi

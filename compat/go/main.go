@@ -454,7 +454,8 @@ func admin(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if len(md.Brokers) != 1 {
+	// One broker per bootstrap address (the runner lists every node of a cluster).
+	if len(md.Brokers) != len(strings.Split(bootstrap, ",")) {
 		return "", fmt.Errorf("brokers: %v", md.Brokers)
 	}
 	bcfg, err := adm.DescribeBrokerConfigs(ctx, md.Brokers[0].NodeID)

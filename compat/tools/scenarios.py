@@ -4,7 +4,8 @@
     scenarios.py list
     scenarios.py BOOTSTRAP [SCENARIO...]
 
-Env: COMPAT_LOG_DIR  the broker's log.dirs (only for dump-log; SKIP without it).
+Env: COMPAT_LOG_DIR  the broker's log.dirs, ':'-separated for a cluster's nodes (only for
+     dump-log; SKIP without it).
 Prints one line per scenario: SCENARIO kafka-tools NAME PASS|FAIL|SKIP detail
 """
 import json
@@ -253,11 +254,13 @@ def s_dump_log():
     t = topic("dl")
     create(t, 1)
     console_produce(t, ["k%d:v%d" % (i, i) for i in range(5)], headers=False)
-    seg = os.path.join(logdir, t + "-0", "00000000000000000000.log")
+    # A cluster's nodes each have a log dir (':'-separated); the leader's holds the segment.
+    segs = [os.path.join(d, t + "-0", "00000000000000000000.log") for d in logdir.split(os.pathsep)]
     deadline = time.time() + 10
-    while not os.path.exists(seg):
-        check(time.time() < deadline, "segment %s missing" % seg)
+    while not any(os.path.exists(s) for s in segs):
+        check(time.time() < deadline, "segment missing from %s" % segs)
         time.sleep(0.2)
+    seg = next(s for s in segs if os.path.exists(s))
     out = tool("kafka-dump-log", "--files", seg, "--print-data-log")
     got = re.findall(r"offset: (\d+) .*?key: (\S+) payload: (\S+)", out)
     check(got == [(str(i), "k%d" % i, "v%d" % i) for i in range(5)], "dump-log records %r; output %r" % (got, out[-400:]))

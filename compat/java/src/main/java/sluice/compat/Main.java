@@ -536,9 +536,11 @@ public class Main {
             Collection<Node> nodes = r.nodes().get(20, TimeUnit.SECONDS);
             Node ctl = r.controller().get(20, TimeUnit.SECONDS);
             String cid = r.clusterId().get(20, TimeUnit.SECONDS);
-            check(nodes.size() == 1, "nodes " + nodes);
+            // One broker per bootstrap address (the runner lists every node of a cluster).
+            String[] addresses = bootstrap.split(",");
+            check(nodes.size() == addresses.length, "nodes " + nodes);
             Node n = nodes.iterator().next();
-            check(bootstrap.endsWith(":" + n.port()), "advertised port " + n.port() + " vs bootstrap " + bootstrap);
+            check(java.util.Arrays.stream(addresses).anyMatch(a -> a.endsWith(":" + n.port())), "advertised port " + n.port() + " vs bootstrap " + bootstrap);
             check(cid != null && cid.length() == 22, "clusterId " + cid);
             check(ctl != null, "controller null");
             return "cluster " + cid + ", node " + n.id() + " " + n.host() + ":" + n.port();
