@@ -1,5 +1,6 @@
-//! A dedicated controller process (`process.roles=controller`): one voter of the metadata
-//! quorum, serving no clients' data. A thin driver around [`RaftQuorum`]: it binds the
+//! A voter of the metadata quorum with its controller listener: a dedicated controller process
+//! (`process.roles=controller`, serving no clients' data), or the controller half of a combined
+//! node of a cluster (`main.rs` runs the broker beside it). A thin driver around [`RaftQuorum`]: it binds the
 //! controller listener, starts the voter with its files in `<metadata.log.dir>/__sluice_metadata`,
 //! runs the [`ActiveController`] (registrations, heartbeats, session expiry, the bootstrap
 //! records of an empty log) and serves the controller's Kafka API ([`ControllerApi`]) on the same
@@ -24,7 +25,7 @@ use super::raft::{QuorumConfig, RaftQuorum};
 use super::records::{Endpoint as RecordEndpoint, RegisterController};
 use crate::config::BrokerConfig;
 
-/// A running dedicated controller.
+/// A running voter with its controller listener.
 pub struct ControllerNode {
     quorum: Arc<RaftQuorum>,
     watcher: tokio::task::JoinHandle<()>,
