@@ -10,9 +10,10 @@
 //! image holds everything committed before it decides anything. On a node that does not lead,
 //! every request is answered NOT_CONTROLLER, for the caller to find the leader.
 //!
-//! Timers (every [`TICK`] while leading): brokers whose session expired are fenced, and an
-//! empty log gets its bootstrap records (the `metadata.version` level and this controller's
-//! registration).
+//! An empty log gets its bootstrap records (the `metadata.version` level and this
+//! controller's registration) as soon as a leader has caught up, before any other decision.
+//! Timers (every [`TICK`] while leading): brokers whose session expired are fenced, and a
+//! controller whose registration is missing writes it.
 //!
 //! # Failure behaviour
 //! A proposal that fails (leadership lost mid-way, quorum unreachable) is answered
@@ -81,6 +82,12 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         let mut state = self.state.lock().await;
         if state.term != Some(status.term) {
             self.quorum.leader_caught_up().await.map_err(refusal)?;
+            // An empty log gets its bootstrap records before any other decision, so they are
+            // always its first records (and no broker epoch is 0).
+            let missing = bootstrap(&self.image(), &self.registration);
+            if !missing.is_empty() {
+                self.propose(missing).await?;
+            }
             tracing::info!(term = status.term, "this node is the active controller");
             state.core = Controller::new(self.session_timeout_ms);
             state.term = Some(status.term);
@@ -330,11 +337,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_broker_epoch_is_the_offset_of_its_registration_record() {
+    async fn a_broker_epoch_is_the_offset_of_its_registration_record_after_the_bootstrap_records() {
         let q = Local::new();
         let c = ActiveController::new(q.clone(), registration(), 1000);
-        c.tick().await;
+        // No timer has run: the first decision writes the bootstrap records first.
         let epoch = c.register(&broker(7)).await.unwrap();
+        assert_eq!(epoch, 2, "offsets 0 and 1 are metadata.version and the controller's registration");
         assert_eq!(epoch, q.image().borrow().offset);
         assert_eq!(q.image().borrow().brokers[&7].epoch, epoch);
         assert!(q.image().borrow().brokers[&7].fenced);
