@@ -295,7 +295,9 @@ impl Broker {
         }
     }
 
-    /// Every topic's partition count (what consumer-group assignors see).
+    /// Every topic's partition count (what consumer-group assignors see). Internal topics are
+    /// included, as Kafka includes them: a member subscribing to `__consumer_offsets` by name,
+    /// or with a regex matching it, is assigned its partitions.
     pub fn partition_counts(&self) -> BTreeMap<String, i32> {
         match self.cluster() {
             Some(view) => {

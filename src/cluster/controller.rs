@@ -265,13 +265,7 @@ impl Controller {
             if partitions <= 0 {
                 return Err(refuse(codes::INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."));
             }
-            let brokers: Vec<PlacementBroker> = image
-                .brokers
-                .values()
-                .filter(|b| !b.fenced && !b.in_controlled_shutdown)
-                .map(|b| PlacementBroker { id: b.id, rack: b.rack.clone() })
-                .collect();
-            placement::place(&brokers, 0, partitions as usize, replication_factor, start)
+            placement::place(&placement_brokers(image), 0, partitions as usize, replication_factor, start)
                 .map_err(|e| refuse(codes::INVALID_REPLICATION_FACTOR, e.to_string()))?
         } else {
             let expected: Vec<i32> = (0..assignments.len() as i32).collect();
@@ -300,17 +294,7 @@ impl Controller {
         };
         let topic_id = crate::metadata::random_kafka_uuid();
         let mut out = vec![versioned(MetadataRecord::Topic { name: name.to_string(), topic_id })];
-        for (i, r) in replicas.into_iter().enumerate() {
-            // Only live replicas start in the ISR and may lead (an explicit assignment may name
-            // a fenced broker).
-            let mut p = Partition::new(topic_id, i as i32, r.clone());
-            p.isr = r.iter().copied().filter(|b| eligible(image, *b)).collect();
-            p.leader = p.isr.first().copied().unwrap_or(-1);
-            if p.isr.is_empty() {
-                p.isr = r;
-            }
-            out.push(versioned(MetadataRecord::Partition(p)));
-        }
+        out.extend(new_partitions(image, topic_id, 0, replicas));
         for (k, v) in configs {
             out.push(versioned(MetadataRecord::Config {
                 resource_type: TOPIC_RESOURCE,
@@ -346,13 +330,7 @@ impl Controller {
         let rf = topic.partitions.get(&0).map(|p| p.replicas.len()).unwrap_or(1) as i16;
         let new = (count - current) as usize;
         let replicas: Vec<Vec<i32>> = if assignments.is_empty() {
-            let brokers: Vec<PlacementBroker> = image
-                .brokers
-                .values()
-                .filter(|b| !b.fenced && !b.in_controlled_shutdown)
-                .map(|b| PlacementBroker { id: b.id, rack: b.rack.clone() })
-                .collect();
-            placement::place(&brokers, current as usize, new, rf, start).map_err(|e| refuse(codes::INVALID_REPLICATION_FACTOR, e.to_string()))?
+            placement::place(&placement_brokers(image), current as usize, new, rf, start).map_err(|e| refuse(codes::INVALID_REPLICATION_FACTOR, e.to_string()))?
         } else {
             if assignments.len() != new {
                 return Err(refuse(
@@ -368,17 +346,7 @@ impl Controller {
             }
             assignments.to_vec()
         };
-        let mut out = Vec::with_capacity(new);
-        for (i, r) in replicas.into_iter().enumerate() {
-            let mut p = Partition::new(topic.id, current + i as i32, r.clone());
-            p.isr = r.iter().copied().filter(|b| eligible(image, *b)).collect();
-            p.leader = p.isr.first().copied().unwrap_or(-1);
-            if p.isr.is_empty() {
-                p.isr = r;
-            }
-            out.push(versioned(MetadataRecord::Partition(p)));
-        }
-        Ok(out)
+        Ok(new_partitions(image, topic.id, current, replicas))
     }
 
     /// Records for config changes of a topic or of a broker entity ("" is the cluster-wide
@@ -439,6 +407,35 @@ impl Controller {
         }
         out
     }
+}
+
+/// The brokers new replicas are placed on: registered, unfenced, not shutting down.
+pub fn placement_brokers(image: &MetadataImage) -> Vec<PlacementBroker> {
+    image
+        .brokers
+        .values()
+        .filter(|b| eligible(image, b.id))
+        .map(|b| PlacementBroker { id: b.id, rack: b.rack.clone() })
+        .collect()
+}
+
+/// Partition records for new partitions `first..` of a topic with these replica lists. Only live
+/// replicas start in the ISR and may lead (an explicit assignment may name a fenced broker); a
+/// partition with none of them live keeps its whole replica list as its ISR, leaderless.
+fn new_partitions(image: &MetadataImage, topic_id: Uuid, first: i32, replicas: Vec<Vec<i32>>) -> Vec<VersionedRecord> {
+    replicas
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut p = Partition::new(topic_id, first + i as i32, r.clone());
+            p.isr = r.iter().copied().filter(|b| eligible(image, *b)).collect();
+            p.leader = p.isr.first().copied().unwrap_or(-1);
+            if p.isr.is_empty() {
+                p.isr = r;
+            }
+            versioned(MetadataRecord::Partition(p))
+        })
+        .collect()
 }
 
 /// Records making `broker` the leader of every partition without one whose ISR holds it.

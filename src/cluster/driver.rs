@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use super::controller::{codes, Controller, Heartbeat, HeartbeatReply, Refusal, Registration};
+use super::controller::{codes, placement_brokers, Controller, Heartbeat, HeartbeatReply, Refusal, Registration};
 use super::image::MetadataImage;
 use super::placement::Start;
 use super::quorum::{MetadataQuorum, QuorumError};
@@ -138,8 +138,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
     ) -> Result<Uuid, Refusal> {
         let state = self.lead().await?;
         let image = self.image();
-        let unfenced = image.brokers.values().filter(|b| !b.fenced).count();
-        let records = state.core.create_topic(&image, name, partitions, replication_factor, assignments, configs, Start::random(unfenced))?;
+        let records = state.core.create_topic(&image, name, partitions, replication_factor, assignments, configs, Start::random(placement_brokers(&image).len()))?;
         let id = match records.first().map(|r| &r.record) {
             Some(MetadataRecord::Topic { topic_id, .. }) => *topic_id,
             _ => return Err(Refusal { code: codes::INVALID_REQUEST, message: "no topic record was made".into() }),
@@ -155,8 +154,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
     pub async fn create_partitions(&self, name: &str, count: i32, assignments: &[Vec<i32>], validate_only: bool) -> Result<(), Refusal> {
         let state = self.lead().await?;
         let image = self.image();
-        let unfenced = image.brokers.values().filter(|b| !b.fenced).count();
-        let records = state.core.create_partitions(&image, name, count, assignments, Start::random(unfenced))?;
+        let records = state.core.create_partitions(&image, name, count, assignments, Start::random(placement_brokers(&image).len()))?;
         if !validate_only {
             self.propose(records).await?;
             tracing::info!(topic = name, partitions = count, "added partitions");

@@ -178,7 +178,7 @@ impl Groups {
     /// Fires timers (sessions, join/sync deadlines, initial delay).
     pub fn tick(&self, broker: &Broker) {
         let now = broker.now_ms();
-        let topics = partition_counts(broker);
+        let topics = broker.partition_counts();
         // A failed append is logged by `run`; timers keep running.
         let _ = self.run(broker, |core, _| core.tick(&topics, now));
     }
@@ -186,7 +186,7 @@ impl Groups {
     /// ConsumerGroupHeartbeat (KIP-848).
     pub fn consumer_heartbeat(&self, broker: &Broker, group_id: &str, req: Heartbeat) -> HeartbeatReply {
         let now = broker.now_ms();
-        let topics = partition_counts(broker);
+        let topics = broker.partition_counts();
         self.run(broker, |core, _| core.consumer_heartbeat(group_id, req, &topics, now)).0
     }
 
@@ -346,13 +346,6 @@ impl Parking<'_> {
         self.parked = Some(token);
         rx
     }
-}
-
-/// name -> partition count of every topic (what consumer-group assignors see). Internal topics
-/// are included, as Kafka includes them: a member subscribing to `__consumer_offsets` by name,
-/// or with a regex matching it, is assigned its partitions.
-pub fn partition_counts(broker: &Broker) -> BTreeMap<String, i32> {
-    broker.partition_counts()
 }
 
 fn deliver(waiters: &mut HashMap<u64, oneshot::Sender<Reply>>, completions: Vec<Completion>) {
