@@ -496,3 +496,55 @@ fn a_broker_that_does_not_lead_a_partition_says_who_does() {
     assert_eq!(c.broker(not_coordinator).call(&hb, 4).error_code, NOT_COORDINATOR);
     assert_ne!(c.broker(coordinator).call(&hb, 4).error_code, NOT_COORDINATOR);
 }
+
+/// InitProducerId on `broker`, retried while the broker has no block yet (it answers
+/// COORDINATOR_LOAD_IN_PROGRESS until it is registered and the controller answers).
+fn init_producer_id(c: &Controllers, broker: i32) -> i64 {
+    const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = c.broker(broker).call(&InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000), 4);
+        match resp.error_code {
+            0 => {
+                assert_eq!(resp.producer_epoch, 0);
+                return resp.producer_id.0;
+            }
+            COORDINATOR_LOAD_IN_PROGRESS => assert!(Instant::now() < deadline, "broker {broker} never got a producer id block"),
+            code => panic!("InitProducerId on broker {broker}: error {code}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn producer_ids_are_unique_across_brokers_and_restarts_of_the_whole_cluster() {
+    let mut c = Controllers::combined(3);
+    for id in 1..=3 {
+        c.start(id);
+    }
+    wait_for_brokers(&c, 3);
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..4 {
+        for broker in 1..=3 {
+            let id = init_producer_id(&c, broker);
+            assert!(seen.insert(id), "producer id {id} handed out twice (round {round}, broker {broker}): {seen:?}");
+        }
+    }
+    // Each broker took one block from the controller; the ids of one broker are consecutive.
+    assert_eq!(seen.iter().map(|id| id / 1000).collect::<std::collections::BTreeSet<_>>().len(), 3, "{seen:?}");
+    let highest = *seen.last().unwrap();
+
+    // kill -9 of every node at once: the blocks handed out are in the metadata log, so the
+    // restarted cluster never hands out an id again.
+    for id in 1..=3 {
+        c.kill9(id);
+    }
+    for id in 1..=3 {
+        c.start(id);
+    }
+    wait_for_brokers(&c, 3);
+    for broker in 1..=3 {
+        let id = init_producer_id(&c, broker);
+        assert!(id > highest, "broker {broker} handed out {id} after the restart; {highest} was handed out before");
+    }
+}

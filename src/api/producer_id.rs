@@ -1,4 +1,5 @@
-//! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call; and
+//! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call (on a single
+//! node from the local allocator, in a cluster from blocks the controller allocates); and
 //! DescribeProducers, the producers a partition keeps sequence state for.
 //! Transactional ids need the transaction coordinator, which sluice does not have yet; such
 //! requests get UNSUPPORTED_VERSION, which clients do not retry (as for a FindCoordinator of a
@@ -20,6 +21,18 @@ pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitPro
         None => {}
         Some(true) => return resp.with_error_code(ResponseError::InvalidRequest.code()),
         Some(false) => return resp.with_error_code(ResponseError::UnsupportedVersion.code()),
+    }
+    if let Some(view) = ctx.broker.cluster() {
+        // In a cluster the ids come in blocks from the controller. Without a block (no active
+        // controller, this broker not registered yet) the client is told to retry, as Kafka's
+        // broker answers while its next block is on the way.
+        return match view.allocate_producer_id().await {
+            Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+            Err(e) => {
+                tracing::warn!(error = %e, "no producer id block from the controller; the client will retry");
+                resp.with_error_code(ResponseError::CoordinatorLoadInProgress.code())
+            }
+        };
     }
     // Starting a new block of ids writes its end with fsync: on the blocking pool.
     let broker = ctx.broker.clone();

@@ -72,7 +72,11 @@ pub mod codes {
     pub const INCONSISTENT_CLUSTER_ID: i16 = 104;
     pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 }
+
+/// Producer ids per AllocateProducerIds answer (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
 fn versioned(record: MetadataRecord) -> VersionedRecord {
     let version = MetadataRecord::max_version(record.api_key()).unwrap_or(0);
@@ -390,6 +394,22 @@ impl Controller {
     pub fn delete_topic(&self, image: &MetadataImage, name: &str) -> Result<Vec<VersionedRecord>, Refusal> {
         let id = image.topic_ids.get(name).ok_or_else(|| refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."))?;
         Ok(vec![versioned(MetadataRecord::RemoveTopic { topic_id: *id })])
+    }
+
+    /// AllocateProducerIds: the next block of [`PRODUCER_ID_BLOCK`] producer ids for a broker,
+    /// as Kafka's `ProducerIdControlManager` hands them out (only a registered broker with its
+    /// current epoch gets one). Returns the record and the block's first id.
+    pub fn allocate_producer_ids(&self, image: &MetadataImage, broker_id: i32, broker_epoch: i64) -> Result<(Vec<VersionedRecord>, i64), Refusal> {
+        match image.brokers.get(&broker_id) {
+            Some(b) if b.epoch == broker_epoch => {}
+            Some(b) => {
+                return Err(refuse(codes::STALE_BROKER_EPOCH, format!("Expected broker epoch {}, but got broker epoch {broker_epoch}", b.epoch)))
+            }
+            None => return Err(refuse(codes::STALE_BROKER_EPOCH, format!("No broker with id {broker_id} is registered."))),
+        }
+        let start = image.next_producer_id;
+        let next = start.checked_add(PRODUCER_ID_BLOCK).ok_or_else(|| refuse(codes::UNKNOWN_SERVER_ERROR, "The producer id space is exhausted."))?;
+        Ok((vec![versioned(MetadataRecord::ProducerIds { broker_id, broker_epoch, next_producer_id: next })], start))
     }
 
     /// Records that give each partition back to its preferred (first) replica where it can lead.
@@ -740,5 +760,23 @@ mod tests {
         let p = &image.topic("orders").unwrap().partitions[&0];
         assert_eq!((p.leader, p.leader_epoch), (1, 2));
         assert!(c.elect_preferred_leaders(&image).is_empty());
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap_and_go_only_to_a_brokers_current_epoch() {
+        let (c, mut image, epochs) = three_brokers();
+        let mut starts = Vec::new();
+        for id in [1, 2, 1, 3] {
+            let (records, start) = c.allocate_producer_ids(&image, id, epochs[&id]).unwrap();
+            apply_all(&mut image, &records);
+            starts.push(start);
+        }
+        assert_eq!(starts, [0, 1000, 2000, 3000]);
+        assert_eq!(image.next_producer_id, 4000);
+        let stale = c.allocate_producer_ids(&image, 2, epochs[&2] - 1).unwrap_err();
+        assert_eq!(stale.code, codes::STALE_BROKER_EPOCH);
+        let unknown = c.allocate_producer_ids(&image, 9, 1).unwrap_err();
+        assert_eq!(unknown.code, codes::STALE_BROKER_EPOCH);
+        assert_eq!(image.next_producer_id, 4000, "a refusal makes no record");
     }
 }

@@ -182,6 +182,15 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         Ok(())
     }
 
+    /// AllocateProducerIds: the first id of a new block for the broker.
+    pub async fn allocate_producer_ids(&self, broker_id: i32, broker_epoch: i64) -> Result<i64, Refusal> {
+        let state = self.lead().await?;
+        let (records, start) = state.core.allocate_producer_ids(&self.image(), broker_id, broker_epoch)?;
+        self.propose(records).await?;
+        tracing::debug!(broker = broker_id, start, "allocated a producer id block");
+        Ok(start)
+    }
+
     /// One timer round; returns whether this node leads.
     pub async fn tick(&self) -> bool {
         let Ok(mut state) = self.lead().await else { return false };

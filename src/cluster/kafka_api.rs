@@ -13,6 +13,7 @@
 //! | DeleteTopics 1-6 | per topic, by name |
 //! | CreatePartitions 0-3 | per topic: new partitions placed as Kafka places them, or Kafka's error |
 //! | IncrementalAlterConfigs 0-1 | topics and dynamic broker configs, SET and DELETE (brokers resolve APPEND/SUBTRACT and send the result) |
+//! | AllocateProducerIds 0 | the next block of 1000 producer ids for a registered broker at its current epoch, or STALE_BROKER_EPOCH, NOT_CONTROLLER |
 //!
 //! Offsets in DescribeQuorum count Raft log entries (one entry is one proposal of one or more
 //! metadata records), where Kafka's count records; the lag between voters means the same.
@@ -55,6 +56,7 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::AllocateProducerIds, 0, 0),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -155,6 +157,10 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             ApiKey::CreatePartitions => {
                 let req = decode!(CreatePartitionsRequest);
                 respond(correlation_id, version, &self.create_partitions(req).await)
+            }
+            ApiKey::AllocateProducerIds => {
+                let req = decode!(AllocateProducerIdsRequest);
+                respond(correlation_id, version, &self.allocate_producer_ids(&req).await)
             }
             other => Err(format!("{other:?} is not served on the controller listener")),
         }
@@ -310,6 +316,15 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
                 .with_is_fenced(reply.is_fenced)
                 .with_should_shut_down(reply.should_shut_down),
             Err(refusal) => BrokerHeartbeatResponse::default().with_error_code(refusal.code).with_is_fenced(true),
+        }
+    }
+
+    async fn allocate_producer_ids(&self, req: &AllocateProducerIdsRequest) -> AllocateProducerIdsResponse {
+        match self.controller.allocate_producer_ids(req.broker_id.0, req.broker_epoch).await {
+            Ok(start) => AllocateProducerIdsResponse::default()
+                .with_producer_id_start(ProducerId(start))
+                .with_producer_id_len(super::controller::PRODUCER_ID_BLOCK as i32),
+            Err(refusal) => AllocateProducerIdsResponse::default().with_error_code(refusal.code).with_producer_id_start(ProducerId(-1)),
         }
     }
 

@@ -16,7 +16,7 @@
 //! controlled shutdown that the controller does not confirm within its timeout is logged and
 //! the broker stops anyway (its partitions then move when its session expires).
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,8 +40,6 @@ pub struct BrokerLifecycle {
     listeners: Vec<ListenerEndpoint>,
     rack: Option<String>,
     interval: Duration,
-    /// The broker epoch; -1 while not registered.
-    epoch: AtomicI64,
     fenced: AtomicBool,
     want_shutdown: AtomicBool,
 }
@@ -61,14 +59,13 @@ impl BrokerLifecycle {
             listeners,
             rack,
             interval,
-            epoch: AtomicI64::new(-1),
             fenced: AtomicBool::new(true),
             want_shutdown: AtomicBool::new(false),
         }
     }
 
     pub fn epoch(&self) -> i64 {
-        self.epoch.load(Ordering::Acquire)
+        self.view.broker_epoch()
     }
 
     pub fn is_fenced(&self) -> bool {
@@ -138,7 +135,7 @@ impl BrokerLifecycle {
             }
             codes::STALE_BROKER_EPOCH | codes::BROKER_ID_NOT_REGISTERED => {
                 tracing::warn!(epoch, code = resp.error_code, "the controller no longer knows this broker's epoch; registering again");
-                self.epoch.store(-1, Ordering::Release);
+                self.view.set_broker_epoch(-1);
                 self.fenced.store(true, Ordering::Release);
                 Ok(false)
             }
@@ -153,7 +150,7 @@ impl BrokerLifecycle {
             let outcome = if self.epoch() < 0 {
                 self.register().await.map(|epoch| {
                     tracing::info!(epoch, incarnation = %self.incarnation, "registered with the active controller");
-                    self.epoch.store(epoch, Ordering::Release);
+                    self.view.set_broker_epoch(epoch);
                 })
             } else {
                 self.heartbeat().await.map(drop)

@@ -45,6 +45,11 @@ pub struct ClusterView {
     /// Set once the controller has unfenced this broker: its image has caught up with the
     /// metadata log at least to its registration.
     caught_up: std::sync::atomic::AtomicBool,
+    /// This broker's epoch from its registration; -1 while not registered.
+    broker_epoch: std::sync::atomic::AtomicI64,
+    /// The producer ids this broker may hand out: `next..end` of the block the controller
+    /// allocated it last. Held across the controller call so one block is asked for at a time.
+    producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
 
 impl ClusterView {
@@ -55,7 +60,48 @@ impl ClusterView {
         voters: BTreeMap<i32, String>,
         client_listener: String,
     ) -> ClusterView {
-        ClusterView { node_id, image, leader, voters, client_listener, caught_up: Default::default() }
+        ClusterView {
+            node_id,
+            image,
+            leader,
+            voters,
+            client_listener,
+            caught_up: Default::default(),
+            broker_epoch: std::sync::atomic::AtomicI64::new(-1),
+            producer_ids: tokio::sync::Mutex::new((0, 0)),
+        }
+    }
+
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn set_broker_epoch(&self, epoch: i64) {
+        self.broker_epoch.store(epoch, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A producer id no other broker of the cluster hands out: from this broker's current block,
+    /// or from a new block the active controller allocates (AllocateProducerIds, recorded in the
+    /// metadata log, so ids are unique across brokers and restarts).
+    pub async fn allocate_producer_id(&self) -> Result<i64, String> {
+        let mut block = self.producer_ids.lock().await;
+        if block.0 >= block.1 {
+            let epoch = self.broker_epoch();
+            if epoch < 0 {
+                return Err("this broker is not registered with the controller yet".into());
+            }
+            let req = kafka_protocol::messages::AllocateProducerIdsRequest::default()
+                .with_broker_id(kafka_protocol::messages::BrokerId(self.node_id))
+                .with_broker_epoch(epoch);
+            let resp = self.call_controller(&req, 0).await?;
+            if resp.error_code != 0 || resp.producer_id_len <= 0 || resp.producer_id_start.0 < 0 {
+                return Err(format!("the controller refused a producer id block (error code {})", resp.error_code));
+            }
+            *block = (resp.producer_id_start.0, resp.producer_id_start.0 + resp.producer_id_len as i64);
+        }
+        let id = block.0;
+        block.0 += 1;
+        Ok(id)
     }
 
     pub fn is_caught_up(&self) -> bool {
@@ -184,6 +230,9 @@ fn top_level_error<T: std::any::Any>(key: i16, resp: &T) -> Option<i16> {
         return any
             .downcast_ref::<kafka_protocol::messages::IncrementalAlterConfigsResponse>()
             .and_then(|r| r.responses.iter().map(|t| t.error_code).find(|c| *c == NOT_CONTROLLER));
+    }
+    if key == ApiKey::AllocateProducerIds as i16 {
+        return any.downcast_ref::<kafka_protocol::messages::AllocateProducerIdsResponse>().map(|r| r.error_code);
     }
     if key == ApiKey::CreatePartitions as i16 {
         return any
