@@ -185,7 +185,7 @@ fn main() -> anyhow::Result<()> {
             let config = load_config(&args)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("sluice").build()?;
             match config.roles {
-                config::Roles::Combined => runtime.block_on(serve(config)),
+                config::Roles::Combined | config::Roles::Broker => runtime.block_on(serve(config)),
                 config::Roles::Controller => runtime.block_on(serve_controller(config)),
             }
         }
@@ -201,12 +201,15 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let broker = Arc::new(tokio::task::block_in_place(|| Broker::open(config)).context("starting the broker")?);
-    // A member of a cluster (one of several voters): the quorum's voter and the active
-    // controller run beside the broker, which takes its topics from their metadata image.
-    let controller = if broker.config.quorum_voters.len() > 1 {
-        Some(join_cluster(&broker).await?)
+    // A member of a cluster: one of several voters (the quorum's voter and the active
+    // controller run beside the broker, which takes its topics from their metadata image), or
+    // a broker-only node observing the controllers' quorum.
+    let (controller, observer) = if broker.config.roles == config::Roles::Broker {
+        (None, Some(observe_cluster(&broker)))
+    } else if broker.config.quorum_voters.len() > 1 {
+        (Some(join_cluster(&broker).await?), None)
     } else {
-        None
+        (None, None)
     };
     broker.metrics.set_startup_duration(started.elapsed());
     // Bound before the Kafka listeners so its stderr line precedes theirs (tests wait for those).
@@ -274,6 +277,9 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     .await?;
     if let Some(node) = controller {
         node.shutdown().await;
+    }
+    if let Some(o) = observer {
+        o.abort();
     }
     tracing::info!("stopped");
     Ok(())
@@ -370,17 +376,42 @@ async fn join_cluster(broker: &Arc<Broker>) -> anyhow::Result<sluice::cluster::n
         let q = quorum.clone();
         Box::new(move || sluice::cluster::quorum::MetadataQuorum::status(&*q).leader)
     };
-    let client_listener = config
+    let image = sluice::cluster::quorum::MetadataQuorum::image(&*quorum);
+    let view = sluice::cluster::view::ClusterView::new(config.node_id, image, leader, config.quorum_voters.clone(), client_listener(config));
+    broker.join_cluster(Arc::new(view));
+    tracing::info!(voters = ?config.quorum_voters, "member of a cluster: topics and leaders come from the metadata quorum");
+    Ok(node)
+}
+
+/// Makes a broker-only node (`process.roles=broker`) a member of the cluster whose controllers
+/// are `controller.quorum.voters`, following their metadata as an observer. An image this
+/// broker cannot apply stops the process: serving on without it would serve stale metadata.
+fn observe_cluster(broker: &Arc<Broker>) -> tokio::task::JoinHandle<()> {
+    let config = &broker.config;
+    let observer = sluice::cluster::observer::Observer::new(&broker.cluster_id, config.quorum_voters.clone());
+    let leader = {
+        let o = observer.clone();
+        Box::new(move || o.leader())
+    };
+    let view = sluice::cluster::view::ClusterView::new(config.node_id, observer.subscribe(), leader, config.quorum_voters.clone(), client_listener(config));
+    broker.join_cluster(Arc::new(view));
+    tracing::info!(controllers = ?config.quorum_voters, "broker-only member of a cluster: following the controllers' metadata");
+    tokio::spawn(async move {
+        let e = observer.run().await;
+        tracing::error!(error = %e, "stopping: the metadata from the active controller cannot be applied");
+        std::process::exit(1);
+    })
+}
+
+/// The listener clients use, whose endpoints Metadata lists: the first that is not a
+/// controller listener.
+fn client_listener(config: &BrokerConfig) -> String {
+    config
         .listeners
         .iter()
         .find(|l| !config.controller_listener_names.contains(&l.name))
         .map(|l| l.name.clone())
-        .unwrap_or_else(|| "PLAINTEXT".to_string());
-    let image = sluice::cluster::quorum::MetadataQuorum::image(&*quorum);
-    let view = sluice::cluster::view::ClusterView::new(config.node_id, image, leader, config.quorum_voters.clone(), client_listener);
-    broker.join_cluster(Arc::new(view));
-    tracing::info!(voters = ?config.quorum_voters, "member of a cluster: topics and leaders come from the metadata quorum");
-    Ok(node)
+        .unwrap_or_else(|| "PLAINTEXT".to_string())
 }
 
 /// A dedicated controller (`process.roles=controller`): a voter of the metadata quorum and

@@ -55,6 +55,18 @@ impl Controllers {
         c
     }
 
+    /// `controllers` dedicated controllers and `brokers` broker-only nodes observing them (ids
+    /// after the controllers').
+    fn with_observers(controllers: i32, brokers: i32) -> Controllers {
+        let mut c = Controllers::new(controllers);
+        for id in controllers + 1..=controllers + brokers {
+            c.cluster_ids.insert(id, CLUSTER_ID.to_string());
+            c.health_ports.insert(id, free_port());
+            c.broker_ports.insert(id, free_port());
+        }
+        c
+    }
+
     fn broker(&self, id: i32) -> Client {
         Client::connect_to(&format!("127.0.0.1:{}", self.broker_ports[&id]))
     }
@@ -68,9 +80,11 @@ impl Controllers {
     }
 
     fn settings(&self, id: i32) -> Vec<String> {
-        let (roles, listeners) = match self.broker_ports.get(&id) {
-            Some(port) => ("broker,controller", format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id])),
-            None => ("controller", format!("CONTROLLER://127.0.0.1:{}", self.quorum_ports[&id])),
+        let (roles, listeners) = match (self.broker_ports.get(&id), self.quorum_ports.get(&id)) {
+            (Some(port), Some(quorum)) => ("broker,controller", format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{quorum}")),
+            (None, Some(quorum)) => ("controller", format!("CONTROLLER://127.0.0.1:{quorum}")),
+            (Some(port), None) => ("broker", format!("PLAINTEXT://127.0.0.1:{port}")),
+            (None, None) => panic!("node {id} has no role"),
         };
         [
             format!("process.roles={roles}"),
@@ -152,7 +166,7 @@ impl Controllers {
         let deadline = Instant::now() + within;
         loop {
             let seen: BTreeMap<i32, Option<(u16, serde_json::Value)>> =
-                self.running.keys().map(|id| (*id, self.health(*id))).collect();
+                self.running.keys().filter(|id| self.quorum_ports.contains_key(id)).map(|id| (*id, self.health(*id))).collect();
             let leaders: Vec<Option<i64>> =
                 seen.values().map(|h| h.as_ref().filter(|(s, _)| *s == 200).and_then(|(_, j)| j["leader"].as_i64())).collect();
             if let Some(Some(l)) = leaders.first() {
@@ -547,4 +561,59 @@ fn producer_ids_are_unique_across_brokers_and_restarts_of_the_whole_cluster() {
         let id = init_producer_id(&c, broker);
         assert!(id > highest, "broker {broker} handed out {id} after the restart; {highest} was handed out before");
     }
+}
+
+/// The topic's partitions as a broker's Metadata lists them: index -> (leader, replicas).
+fn partitions_seen(c: &Controllers, broker: i32, topic: &str) -> BTreeMap<i32, (i32, Vec<i32>)> {
+    let req = MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(common::topic_name(topic)))]));
+    let md = c.broker(broker).call(&req, 12);
+    md.topics
+        .iter()
+        .filter(|t| t.error_code == 0)
+        .flat_map(|t| t.partitions.iter().map(|p| (p.partition_index, (p.leader_id.0, p.replica_nodes.iter().map(|r| r.0).collect()))))
+        .collect()
+}
+
+fn create_topic(c: &Controllers, through: i32, topic: &str, partitions: i32, rf: i16) {
+    let create = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![create_topics_request::CreatableTopic::default()
+        .with_name(common::topic_name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(rf)]);
+    let created = c.broker(through).call(&create, 7);
+    assert_eq!(created.topics[0].error_code, 0, "creating {topic}: {:?}", created.topics[0].error_message);
+}
+
+#[test]
+fn broker_only_nodes_follow_the_controllers_quorum_through_a_controller_failover() {
+    let mut c = Controllers::with_observers(3, 2);
+    c.extra = vec!["broker.session.timeout.ms=3000".into(), "broker.heartbeat.interval.ms=500".into()];
+    for id in 1..=5 {
+        c.start(id);
+    }
+    wait_for_brokers(&c, 2);
+    // Only the brokers are listed to clients; topics are placed on them, created through either.
+    create_topic(&c, 4, "observed", 4, 2);
+    for broker in [4, 5] {
+        wait_for(&format!("broker {broker} to see the topic"), Duration::from_secs(10), || partitions_seen(&c, broker, "observed").len() == 4);
+        let seen = partitions_seen(&c, broker, "observed");
+        assert!(seen.values().all(|(leader, replicas)| [4, 5].contains(leader) && { let mut r = replicas.clone(); r.sort(); r == [4, 5] }), "{seen:?}");
+    }
+    let ids = [init_producer_id(&c, 4), init_producer_id(&c, 5)];
+    assert_ne!(ids[0], ids[1]);
+
+    // The active controller dies: the brokers follow the new one, and creation keeps working.
+    let (leader, _) = c.agreed_leader(Duration::from_secs(10));
+    c.kill9(leader);
+    c.agreed_leader(Duration::from_secs(10));
+    create_topic(&c, 5, "after-failover", 2, 2);
+    wait_for("broker 4 to see the topic made after the failover", Duration::from_secs(10), || partitions_seen(&c, 4, "after-failover").len() == 2);
+
+    // A broker killed with SIGKILL is fenced out of the other's metadata and comes back.
+    c.kill9(5);
+    wait_for("broker 5 to be fenced", Duration::from_secs(15), || {
+        c.broker(4).call(&MetadataRequest::default().with_topics(Some(vec![])), 12).brokers.len() == 1
+    });
+    assert!(partitions_seen(&c, 4, "observed").values().all(|(leader, _)| *leader == 4));
+    c.start(5);
+    wait_for_brokers(&c, 2);
 }

@@ -15,17 +15,18 @@
 //! - [`driver`]: the active controller, proposing [`controller`]'s decisions (registrations,
 //!   heartbeats, session expiry, bootstrap records) while this node leads.
 //! - [`kafka_api`]: the Kafka protocol on the controller listener (ApiVersions,
-//!   DescribeCluster, DescribeQuorum, BrokerRegistration, BrokerHeartbeat).
+//!   DescribeCluster, DescribeQuorum, BrokerRegistration, BrokerHeartbeat, AllocateProducerIds
+//!   and the admin requests brokers forward).
 //! - [`node`]: a voter with its controller listener: a dedicated controller process
 //!   (`process.roles=controller`), or the controller half of a combined node.
 //! - [`view`]: the cluster as a broker sees it (the image, the active controller, a client for
 //!   requests to it); [`lifecycle`]: a broker's registration, heartbeats and controlled
-//!   shutdown.
+//!   shutdown; [`observer`]: how a broker-only node (`process.roles=broker`) gets the image
+//!   from the active controller.
 //!
 //! A broker that is a cluster member (`crate::broker::cluster`) answers from the image and keeps
-//! its local logs in line with it. Not here yet (issue "A sluice cluster"): brokers that only
-//! observe the quorum, CreatePartitions and config changes through the controller, preferred
-//! leader rebalancing, and the single node's own files moving into the metadata log.
+//! its local logs in line with it. Not here yet (issue "A sluice cluster"): preferred leader
+//! rebalancing, and the single node's own files moving into the metadata log.
 //!
 //! # Failure behaviour
 //! A record that cannot be decoded, or that does not apply to the image (a partition of an
@@ -38,6 +39,7 @@ pub mod image;
 pub mod kafka_api;
 pub mod lifecycle;
 pub mod node;
+pub mod observer;
 pub mod placement;
 pub mod quorum;
 pub mod raft;

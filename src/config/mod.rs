@@ -73,6 +73,15 @@ pub enum Roles {
     Combined,
     /// A voter of the metadata quorum only: it serves no clients' data.
     Controller,
+    /// A broker that is not a voter: it observes the quorum of `controller.quorum.voters`.
+    Broker,
+}
+
+impl Roles {
+    /// Whether this process serves clients' data.
+    pub fn has_broker(self) -> bool {
+        self != Roles::Controller
+    }
 }
 
 /// The validated broker configuration.
@@ -326,6 +335,7 @@ impl BrokerConfig {
 
         let roles = match raw.get("process.roles").map(|r| refused::list(r)) {
             Some(r) if r == ["controller"] => Roles::Controller,
+            Some(r) if r == ["broker"] => Roles::Broker,
             _ => Roles::Combined,
         };
         let config = BrokerConfig {

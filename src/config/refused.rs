@@ -9,13 +9,14 @@
 //! - the keys in [`REFUSED`] (TLS, SASL and authorizer settings), refused when set to a
 //!   non-empty value (an empty value is Kafka's "unset");
 //! - the KRaft role and quorum settings (`process.roles`, `controller.quorum.voters`,
-//!   `controller.quorum.bootstrap.servers`, `node.id`): a node with the broker role is also a
-//!   controller, a voter of the quorum — a single node its own one-voter quorum, a member of a
-//!   cluster one of `controller.quorum.voters` — so the broker role alone (an observer of the
-//!   quorum, not implemented yet) is refused rather than started as a lone broker that believes
-//!   it is part of a cluster. A dedicated controller (`process.roles=controller`) serves no
-//!   data. Wherever there are several voters, this node's own entry in
-//!   `controller.quorum.voters` must be the port of its controller listener.
+//!   `controller.quorum.bootstrap.servers`, `node.id`): a node with both roles is a voter of
+//!   the quorum — a single node its own one-voter quorum, a member of a cluster one of
+//!   `controller.quorum.voters`; a broker-only node (`process.roles=broker`) observes the quorum
+//!   of the controllers listed in `controller.quorum.voters`, which must not include it (with
+//!   only `controller.quorum.bootstrap.servers` it is refused, rather than started as a lone
+//!   broker that believes it is part of a cluster). A dedicated controller
+//!   (`process.roles=controller`) serves no data. Wherever there are several voters, a voter's
+//!   own entry in `controller.quorum.voters` must be the port of its controller listener.
 //!
 //! Each refusal is a [`ConfigError::Refused`] naming the key, the value, and what sluice
 //! supports today. When a later feature implements one of these settings, it removes its row
@@ -209,19 +210,37 @@ fn check_roles(
             return Err(invalid("broker.id", b, &format!("the same id as node.id ({}) or unset", n.trim())));
         }
     }
-    const CLUSTER: &str = "sluice brokers run as voters of the metadata quorum (process.roles=broker,controller, \
-                           this node in controller.quorum.voters); brokers that only observe the quorum are not \
-                           implemented yet";
+    const CLUSTER: &str = "a sluice broker is a voter of the metadata quorum (process.roles=broker,controller, \
+                           this node in controller.quorum.voters) or observes one (process.roles=broker, \
+                           controller.quorum.voters listing the controllers)";
     let mut controller_only = false;
+    let mut broker_only = false;
     if let Some(value) = raw.get("process.roles") {
         let roles = list(value);
         if roles.is_empty() || roles.iter().any(|r| r != "broker" && r != "controller") {
             return Err(invalid("process.roles", value, "a list of broker and/or controller"));
         }
         controller_only = roles.iter().all(|r| r == "controller");
-        if !roles.iter().any(|r| r == "controller") {
-            return Err(refused("process.roles", value, format!("{CLUSTER}; use process.roles=broker,controller")));
+        broker_only = roles.iter().all(|r| r == "broker");
+    }
+    if broker_only {
+        // An observer: the controllers are the voters, this node is not one (as Kafka requires).
+        let value = raw.get("controller.quorum.voters").map(String::as_str).unwrap_or("").trim();
+        if value.is_empty() {
+            return Err(refused(
+                "process.roles",
+                "broker",
+                format!("{CLUSTER}; a broker-only node needs controller.quorum.voters (controller.quorum.bootstrap.servers alone is not supported yet)"),
+            ));
         }
+        let voters = parse_voters(value)?;
+        if voters.contains_key(&node_id) {
+            return Err(invalid("controller.quorum.voters", value, &format!("a list without this broker-only node ({node_id}): voters are controllers")));
+        }
+        if controller_names.is_empty() {
+            return Err(invalid("controller.listener.names", "", "the name of the controllers' listener (CONTROLLER)"));
+        }
+        return Ok(());
     }
     if let Some(value) = raw.get("controller.quorum.voters").filter(|v| !v.trim().is_empty()) {
         let voters = parse_voters(value)?;
@@ -415,9 +434,21 @@ mod tests {
     }
 
     #[test]
-    fn a_broker_only_role_and_quorums_without_this_node_are_refused() {
+    fn a_broker_only_node_observes_controllers_and_other_quorums_must_include_this_node() {
         let err = refusal(&[("process.roles", "broker")]);
-        assert!(err.contains("process.roles") && err.contains("observe the quorum"), "{err}");
+        assert!(err.contains("process.roles") && err.contains("needs controller.quorum.voters"), "{err}");
+        let observer = [
+            ("process.roles", "broker"),
+            ("node.id", "4"),
+            ("controller.quorum.voters", "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+            ("controller.listener.names", "CONTROLLER"),
+        ];
+        assert_eq!(load(&observer).expect("a broker observing three controllers").config.roles, super::super::Roles::Broker);
+        let mut voter = observer;
+        voter[1] = ("node.id", "2");
+        let err = refusal(&voter);
+        assert!(err.contains("controller.quorum.voters") && err.contains("without this broker-only node (2)"), "{err}");
         let err = refusal(&[("process.roles", "controller")]);
         assert!(err.contains("process.roles") && err.contains("controller.quorum.voters"), "{err}");
         let err = refusal(&[("process.roles", "broker,observer")]);

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from conftest import REPO
+from conftest import REPO, free_port, sluice_bin
 from kafkautil import admin, consumer, make_records, produce_all, producer, unique
 
 LIBS = REPO / ".cache" / "kafka-4.4.0" / "libs"
@@ -192,3 +192,65 @@ def test_sigterm_moves_every_leadership_away_before_the_broker_exits(sluice_clus
                       lambda: (lambda r: r if len(r) == 6 and all(v[0] > 0 for v in r.values()) else None)(describe(c.bootstrap, topic)))
     delivery = produce_all(producer(c.bootstrap, acks="all"), topic, make_records(60, 6))
     assert not delivery.failed and len(delivery.ok) == 60, rows
+
+
+BROKER_ONLY = """process.roles=broker
+node.id={node}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+offsets.topic.replication.factor=2
+metrics.listener=127.0.0.1:{health}
+"""
+
+
+def test_broker_only_nodes_serve_a_cluster_kept_by_dedicated_controllers(sluice_controllers, tmp_path):
+    """Kafka's split roles: three `process.roles=controller` nodes keep the quorum, two
+    `process.roles=broker` nodes (Kafka's broker.properties settings) serve the clients."""
+    q = sluice_controllers(3)
+    ports = {4: free_port(), 5: free_port()}
+    procs = {}
+    try:
+        for node, port in ports.items():
+            props = tmp_path / ("broker%d.properties" % node)
+            props.write_text(BROKER_ONLY.format(node=node, voters=q.voters, port=port, data=tmp_path / ("broker%d" % node),
+                                                health=free_port()))
+            subprocess.run([str(sluice_bin()), "format", "-t", q.cluster_id, "-c", str(props)], check=True,
+                           capture_output=True, timeout=30)
+            log = open(tmp_path / ("broker%d.log" % node), "ab")
+            procs[node] = subprocess.Popen([str(sluice_bin()), "serve", "-c", str(props)], stdout=log, stderr=log)
+        bootstrap = ",".join("127.0.0.1:%d" % p for p in ports.values())
+        wait_until("both brokers to be listed", lambda: brokers_seen(bootstrap)[0] == [4, 5])
+
+        topic = unique("split-roles")
+        tool("TopicCommand", "--bootstrap-server", "127.0.0.1:%d" % ports[4], "--create", "--topic", topic,
+             "--partitions", "2", "--replication-factor", "2")
+        rows = wait_until("the topic on broker 5",
+                          lambda: (lambda r: r if sorted(r) == [0, 1] else None)(describe("127.0.0.1:%d" % ports[5], topic)))
+        assert all(sorted(replicas) == [4, 5] and leader in (4, 5) for leader, replicas, _ in rows.values()), rows
+
+        recs = make_records(100, 2)
+        delivery = produce_all(producer(bootstrap, acks="all"), topic, recs)
+        assert not delivery.failed and len(delivery.ok) == 100
+        cons = consumer(bootstrap, group_id=unique("split-g"), enable_partition_eof=False)
+        cons.subscribe([topic])
+        got = {0: [], 1: []}
+        deadline = time.time() + 60
+        while sum(map(len, got.values())) < 100 and time.time() < deadline:
+            m = cons.poll(0.5)
+            if m is not None and not m.error():
+                got[m.partition()].append((m.key(), m.value()))
+        cons.close()
+        for p in (0, 1):
+            assert got[p] == [(r["key"], r["value"]) for r in recs if r["partition"] == p], "partition %d" % p
+
+        # The quorum through a broker-only node: DescribeQuorum is forwarded to the controllers.
+        out = tool("MetadataQuorumCommand", "--bootstrap-server", "127.0.0.1:%d" % ports[5], "describe", "--status").stdout
+        assert re.search(r"LeaderId:\s+[123]\b", out), out
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait(10)

@@ -23,6 +23,9 @@ mod state_machine;
 #[cfg(test)]
 mod tests;
 
+pub use network::{ObserveRequest, ObserveResponse, PeerClient};
+pub use state_machine::image_from_records;
+
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
@@ -109,7 +112,7 @@ impl RaftQuorum {
             .await
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
         let clients = ClientFramesSlot::default();
-        let server = tokio::spawn(network::serve(node_id as u64, cluster_id.to_string(), listener, raft.clone(), clients.clone()));
+        let server = tokio::spawn(network::serve(node_id as u64, cluster_id.to_string(), listener, raft.clone(), clients.clone(), state.subscribe()));
         let members: BTreeMap<u64, BasicNode> =
             voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
         match raft.initialize(members).await {

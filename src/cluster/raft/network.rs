@@ -3,9 +3,14 @@
 //!
 //! # Wire format
 //! ```text
-//! request:  u32 length | JSON {"cluster": cluster id, "to": node id, "rpc": Append | Vote | Snapshot}
+//! request:  u32 length | JSON {"cluster": cluster id, "to": node id, "rpc": Append | Vote | Snapshot | Observe}
 //! response: u32 length | JSON of the handler's Result
 //! ```
+//! `Observe` is how a broker that is not a voter (`process.roles=broker`) follows the metadata:
+//! it names the metadata offset it has, and the active controller answers once its image is
+//! past it (or after the request's wait) with the whole image as metadata records, the way a
+//! snapshot carries it; any other voter answers at once with the leader it knows, so a broker
+//! never takes a lagging voter's image for the cluster's.
 //! One request at a time per connection; a client keeps its connection and reconnects after an
 //! error. The same listener serves Kafka-protocol clients (brokers registering and
 //! heartbeating, `kafka-metadata-quorum`): a connection whose first frame does not start with
@@ -28,8 +33,14 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
 use super::TypeConfig;
+use crate::cluster::image::MetadataImage;
 use crate::cluster::quorum::ClientFramesSlot;
+use crate::cluster::records;
 
 /// The largest message accepted from a peer (snapshots are sent in chunks well below it).
 pub const MAX_FRAME: usize = 64 << 20;
@@ -43,7 +54,31 @@ enum Rpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<u64>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Observe(ObserveRequest),
 }
+
+/// A broker's request for the metadata image past `after` (see the module docs).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ObserveRequest {
+    /// The metadata offset the broker's image has (-1: none).
+    pub after: i64,
+    /// How long the active controller may wait for a newer image, at most [`MAX_OBSERVE_WAIT`].
+    pub wait_ms: u64,
+}
+
+/// The answer to an [`ObserveRequest`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ObserveResponse {
+    /// The active controller as the voter asked knows it.
+    pub leader: Option<u64>,
+    /// The image's metadata offset; -1 when this voter is not the active controller.
+    pub offset: i64,
+    /// The image as encoded metadata records, when `offset` is past the request's `after`.
+    pub records: Option<Vec<Vec<u8>>>,
+}
+
+/// The longest an [`ObserveRequest`] is held.
+pub const MAX_OBSERVE_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Envelope {
@@ -85,7 +120,14 @@ async fn write_frame(conn: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> 
 /// Serves peers' requests to `raft` on `listener` until the task is dropped. Connection tasks
 /// live in a `JoinSet` owned by this task, so dropping it closes every connection too: a
 /// stopped voter must not keep answering on connections its peers still hold.
-pub async fn serve(node_id: u64, cluster_id: String, listener: TcpListener, raft: Raft<TypeConfig>, clients: ClientFramesSlot) {
+pub async fn serve(
+    node_id: u64,
+    cluster_id: String,
+    listener: TcpListener,
+    raft: Raft<TypeConfig>,
+    clients: ClientFramesSlot,
+    image: watch::Receiver<Arc<MetadataImage>>,
+) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (conn, peer) = tokio::select! {
@@ -99,9 +141,9 @@ pub async fn serve(node_id: u64, cluster_id: String, listener: TcpListener, raft
             },
             Some(_) = connections.join_next() => continue,
         };
-        let (raft, cluster_id, clients) = (raft.clone(), cluster_id.clone(), clients.clone());
+        let (raft, cluster_id, clients, image) = (raft.clone(), cluster_id.clone(), clients.clone(), image.clone());
         connections.spawn(async move {
-            if let Err(e) = serve_connection(node_id, &cluster_id, conn, peer, raft, clients).await {
+            if let Err(e) = serve_connection(node_id, &cluster_id, conn, peer, raft, clients, image).await {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
                     tracing::warn!(%peer, error = %e, "refused a metadata quorum peer");
                 } else if e.kind() != std::io::ErrorKind::UnexpectedEof {
@@ -119,6 +161,7 @@ async fn serve_connection(
     peer: std::net::SocketAddr,
     raft: Raft<TypeConfig>,
     clients: ClientFramesSlot,
+    mut image: watch::Receiver<Arc<MetadataImage>>,
 ) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
     let len = conn.read_u32().await? as usize;
@@ -150,10 +193,25 @@ async fn serve_connection(
             Rpc::Append(r) => serde_json::to_vec(&raft.append_entries(r).await),
             Rpc::Vote(r) => serde_json::to_vec(&raft.vote(r).await),
             Rpc::Snapshot(r) => serde_json::to_vec(&raft.install_snapshot(r).await),
+            Rpc::Observe(r) => serde_json::to_vec(&observe(node_id, &raft, &mut image, &r).await),
         }
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         write_frame(&mut conn, &reply).await?;
     }
+}
+
+/// Answers a broker's [`ObserveRequest`]: on the active controller, the image once it is past
+/// `after` (or as it is when the wait ends); elsewhere only the leader this voter knows.
+async fn observe(node_id: u64, raft: &Raft<TypeConfig>, image: &mut watch::Receiver<Arc<MetadataImage>>, r: &ObserveRequest) -> ObserveResponse {
+    let leader = raft.metrics().borrow().current_leader;
+    if leader != Some(node_id) {
+        return ObserveResponse { leader, offset: -1, records: None };
+    }
+    let wait = Duration::from_millis(r.wait_ms).min(MAX_OBSERVE_WAIT);
+    let _ = tokio::time::timeout(wait, image.wait_for(|i| i.offset > r.after)).await;
+    let current = image.borrow().clone();
+    let encoded = (current.offset > r.after).then(|| current.to_records().iter().map(records::encode).collect());
+    ObserveResponse { leader: raft.metrics().borrow().current_leader, offset: current.offset, records: encoded }
 }
 
 /// Serves a Kafka-protocol connection: one request at a time, answered in order.
@@ -205,6 +263,17 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
+    /// A client for a broker observing voter `target` at `addr` (see [`ObserveRequest`]).
+    pub fn observer(cluster_id: &str, target: u64, addr: &str) -> PeerClient {
+        PeerClient { cluster_id: cluster_id.to_string(), target, addr: addr.to_string(), conn: None, acks: LastAcks::default() }
+    }
+
+    /// Asks the voter for the image past `req.after`.
+    pub async fn observe(&mut self, req: ObserveRequest) -> std::io::Result<ObserveResponse> {
+        let ttl = Duration::from_millis(req.wait_ms).min(MAX_OBSERVE_WAIT) + Duration::from_secs(5);
+        self.call(Rpc::Observe(req), ttl).await
+    }
+
     async fn call<T: DeserializeOwned>(&mut self, rpc: Rpc, ttl: Duration) -> Result<T, std::io::Error> {
         let request = serde_json::to_vec(&Envelope { cluster: self.cluster_id.clone(), to: self.target, rpc })
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;

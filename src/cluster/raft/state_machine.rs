@@ -74,11 +74,17 @@ fn image_from_snapshot(data: &[u8]) -> Result<MetadataImage, ClusterError> {
         kind: "metadata snapshot",
         reason: e.to_string(),
     })?;
+    image_from_records(snap.offset, &snap.records)
+}
+
+/// The image that encoded records (a snapshot's, or an observed image's) stand for, at
+/// metadata offset `offset`.
+pub fn image_from_records(offset: i64, encoded: &[Vec<u8>]) -> Result<MetadataImage, ClusterError> {
     let mut image = MetadataImage::default();
-    for (i, bytes) in snap.records.iter().enumerate() {
+    for (i, bytes) in encoded.iter().enumerate() {
         image.apply(i as i64, &records::decode(bytes, i as i64)?.record)?;
     }
-    image.offset = image.offset.max(snap.offset);
+    image.offset = image.offset.max(offset);
     Ok(image)
 }
 

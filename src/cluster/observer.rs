@@ -1,0 +1,126 @@
+//! A broker that is not a voter (`process.roles=broker`) follows the metadata quorum as an
+//! observer: it long-polls the active controller for the image past the offset it has
+//! ([`ObserveRequest`] on the controllers' listener) and publishes each newer image to its
+//! [`super::view::ClusterView`], as a combined node's voter publishes the image it applies.
+//!
+//! Sluice's own peer protocol carries this today (the whole image as metadata records, as a
+//! snapshot carries it, on every change); following a Kafka KRaft quorum needs KRaft's Fetch
+//! and FetchSnapshot instead.
+//!
+//! # Invariants
+//! - The published image's offset never goes backwards.
+//! - Only the active controller's image is taken: a voter that is not the leader answers with
+//!   the leader it knows and no image.
+//!
+//! # Failure behaviour
+//! A controller that cannot be reached, or that knows no leader, is passed over for the next
+//! voter after a short pause; while no controller answers, a warning is logged every
+//! [`UNREACHABLE_WARNING`] and the broker keeps its last image (its heartbeats fail too, so
+//! the controller fences it and clients are sent elsewhere). An image that does not decode
+//! (a record kind or version this broker does not understand) ends [`Observer::run`] with the
+//! error, naming the record; the caller stops the process.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::image::MetadataImage;
+use super::raft::{image_from_records, ObserveRequest, PeerClient};
+use super::ClusterError;
+
+/// How long one observe request may wait at the controller for a newer image.
+const OBSERVE_WAIT: Duration = Duration::from_secs(1);
+/// The pause before asking the next controller after a failure.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How often "no controller answers" is logged while it lasts.
+pub const UNREACHABLE_WARNING: Duration = Duration::from_secs(10);
+
+/// The metadata image as the active controller publishes it, for a broker-only node.
+pub struct Observer {
+    cluster_id: String,
+    /// Controller id -> `host:port` of its controller listener.
+    voters: BTreeMap<i32, String>,
+    image: watch::Sender<Arc<MetadataImage>>,
+    /// The active controller as last reported, -1 when none is known.
+    leader: AtomicI32,
+}
+
+impl Observer {
+    pub fn new(cluster_id: &str, voters: BTreeMap<i32, String>) -> Arc<Observer> {
+        let (image, _) = watch::channel(Arc::new(MetadataImage::default()));
+        Arc::new(Observer { cluster_id: cluster_id.to_string(), voters, image, leader: AtomicI32::new(-1) })
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.image.subscribe()
+    }
+
+    /// The active controller as last reported.
+    pub fn leader(&self) -> Option<i32> {
+        Some(self.leader.load(Ordering::Acquire)).filter(|l| *l >= 0)
+    }
+
+    /// Follows the quorum until the task is dropped or an image does not decode.
+    pub async fn run(self: Arc<Self>) -> ClusterError {
+        let mut clients: BTreeMap<i32, PeerClient> =
+            self.voters.iter().map(|(id, addr)| (*id, PeerClient::observer(&self.cluster_id, *id as u64, addr))).collect();
+        let ids: Vec<i32> = self.voters.keys().copied().collect();
+        let mut target = ids[0];
+        let mut last_answer = Instant::now();
+        let mut last_warning = Instant::now();
+        loop {
+            let after = self.image.borrow().offset;
+            let client = clients.get_mut(&target).expect("targets are voters");
+            let outcome = client.observe(ObserveRequest { after, wait_ms: OBSERVE_WAIT.as_millis() as u64 }).await;
+            let next = match outcome {
+                Ok(resp) => {
+                    let leader = resp.leader.map(|l| l as i32).filter(|l| self.voters.contains_key(l));
+                    self.leader.store(leader.unwrap_or(-1), Ordering::Release);
+                    if resp.offset >= 0 {
+                        last_answer = Instant::now();
+                        if let Some(encoded) = resp.records.filter(|_| resp.offset > after) {
+                            match image_from_records(resp.offset, &encoded) {
+                                Ok(image) => {
+                                    self.image.send_replace(Arc::new(image));
+                                }
+                                Err(e) => return e,
+                            }
+                        }
+                        continue;
+                    }
+                    // Not the leader: ask the one it names, or the next voter after a pause.
+                    match leader.filter(|l| *l != target) {
+                        Some(l) => {
+                            target = l;
+                            continue;
+                        }
+                        None => next_voter(&ids, target),
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(controller = target, error = %e, "observing the metadata quorum failed");
+                    next_voter(&ids, target)
+                }
+            };
+            if last_answer.elapsed() >= UNREACHABLE_WARNING && last_warning.elapsed() >= UNREACHABLE_WARNING {
+                last_warning = Instant::now();
+                tracing::warn!(
+                    voters = ?self.voters,
+                    silent_for_s = last_answer.elapsed().as_secs(),
+                    metadata_offset = after,
+                    "no active controller answers; serving the last metadata image and retrying"
+                );
+            }
+            target = next;
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+}
+
+fn next_voter(ids: &[i32], current: i32) -> i32 {
+    let i = ids.iter().position(|id| *id == current).unwrap_or(0);
+    ids[(i + 1) % ids.len()]
+}
