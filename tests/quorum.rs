@@ -479,7 +479,18 @@ fn a_broker_that_does_not_lead_a_partition_says_who_does() {
             .with_partitions(vec![fetch_request::FetchPartition::default().with_partition(0).with_partition_max_bytes(1 << 20)])]);
         c.broker(to).call(&req, 12).responses[0].partitions[0].clone()
     };
-    assert_eq!(fetch(other).error_code, NOT_LEADER_OR_FOLLOWER);
+    let refused = fetch(other);
+    assert_eq!(refused.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!((refused.current_leader.leader_id.0, refused.current_leader.leader_epoch), (leader, epoch), "KIP-951 hint in Fetch v12");
+    // Fetch v16 names the topic by id and carries the leader's endpoint too.
+    let by_id = FetchRequest::default().with_max_wait_ms(0).with_max_bytes(1 << 20).with_topics(vec![fetch_request::FetchTopic::default()
+        .with_topic_id(md.topics[0].topic_id)
+        .with_partitions(vec![fetch_request::FetchPartition::default().with_partition(0).with_partition_max_bytes(1 << 20)])]);
+    let refused = c.broker(other).call(&by_id, 16);
+    let part = &refused.responses[0].partitions[0];
+    assert_eq!((part.error_code, part.current_leader.leader_id.0), (NOT_LEADER_OR_FOLLOWER, leader));
+    assert_eq!(refused.node_endpoints.len(), 1);
+    assert_eq!((refused.node_endpoints[0].node_id.0, refused.node_endpoints[0].port), (leader, c.broker_ports[&leader] as i32));
     let from_leader = fetch(leader);
     assert_eq!((from_leader.error_code, from_leader.high_watermark), (0, 1));
     let list = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![list_offsets_request::ListOffsetsTopic::default()

@@ -16,7 +16,7 @@ use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::fetch_frame::{FetchReply, PartitionReply, TopicReply};
+use super::fetch_frame::{FetchReply, NodeEndpointReply, PartitionReply, TopicReply};
 use super::fetch_session::{PartitionKey, SessionPartition, SessionPlan};
 use super::RequestContext;
 use crate::broker::error_chain;
@@ -34,6 +34,8 @@ struct Wanted {
     max_bytes: i32,
     current_leader_epoch: i32,
     partition: Result<Arc<Partition>, ResponseError>,
+    /// KIP-951: the leader and its epoch, for a partition another broker leads.
+    leader_hint: Option<(i32, i32)>,
     /// For incremental sessions: what was last sent (to skip partitions without news).
     last_sent: Option<(i64, i64)>,
 }
@@ -182,7 +184,9 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
         .into_iter()
         .map(|(key, sp)| {
             let topic = broker.topic(&key.0);
-            let partition = match (&topic, broker.not_leader(&key.0, key.1)) {
+            let not_leader = broker.not_leader(&key.0, key.1);
+            let leader_hint = not_leader.as_ref().filter(|nl| !nl.unknown() && nl.leader >= 0).map(|nl| (nl.leader, nl.leader_epoch));
+            let partition = match (&topic, not_leader) {
                 // In a cluster, only the leader serves a partition's records.
                 (_, Some(nl)) if nl.unknown() => Err(ResponseError::UnknownTopicOrPartition),
                 (_, Some(_)) => Err(ResponseError::NotLeaderOrFollower),
@@ -197,6 +201,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                 max_bytes: sp.max_bytes,
                 current_leader_epoch: sp.current_leader_epoch,
                 partition,
+                leader_hint,
                 last_sent: incremental.then_some((sp.last_high_watermark, sp.last_log_start_offset)),
             }
         })
@@ -257,6 +262,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             aborted_transactions: aborted.clone(),
             preferred_read_replica: -1,
             records: o.records.map(|r| r.slice),
+            current_leader: w.leader_hint.filter(|_| code(o.error) == ResponseError::NotLeaderOrFollower.code()),
         };
         let same_topic = responses.last().map(|r| r.name == w.key.0 && (!uses_ids || r.topic_id == w.topic_id));
         if same_topic == Some(true) {
@@ -281,8 +287,18 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                 aborted_transactions: aborted.clone(),
                 preferred_read_replica: -1,
                 records: None,
+                current_leader: None,
             }],
         });
     }
-    FetchReply { session_id, responses, ..FetchReply::default() }
+    // The endpoints of the leaders named above, so the client can go there at once.
+    let mut leaders: Vec<i32> = responses.iter().flat_map(|t| &t.partitions).filter_map(|p| p.current_leader.map(|(id, _)| id)).collect();
+    leaders.sort_unstable();
+    leaders.dedup();
+    let node_endpoints = leaders
+        .into_iter()
+        .filter_map(|id| broker.broker_info(id))
+        .map(|b| NodeEndpointReply { node_id: b.id, host: b.host, port: b.port as i32, rack: b.rack })
+        .collect();
+    FetchReply { session_id, responses, node_endpoints, ..FetchReply::default() }
 }

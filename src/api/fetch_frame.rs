@@ -8,7 +8,8 @@
 //! `sendfile(2)`.
 //!
 //! This module writes the Fetch response layout (versions 4 to 17) by hand, which is the price
-//! of not copying the records. `frame_matches_kafka_protocol_encoding` checks it byte for byte
+//! of not copying the records. Of the tagged fields it writes KIP-951's: a partition's
+//! `CurrentLeader` (tag 1) and the response's `NodeEndpoints` (tag 0). `frame_matches_kafka_protocol_encoding` checks it byte for byte
 //! against kafka-protocol's own encoder for every supported version.
 //!
 //! # Invariants
@@ -43,6 +44,18 @@ pub struct PartitionReply {
     pub preferred_read_replica: i32,
     /// `None` is sent as empty records.
     pub records: Option<FileSlice>,
+    /// KIP-951: `(leader id, leader epoch)` of the partition's leader, sent with
+    /// NOT_LEADER_OR_FOLLOWER (tagged field 1, versions 12+).
+    pub current_leader: Option<(i32, i32)>,
+}
+
+/// A broker's endpoint in a Fetch response's `NodeEndpoints` (KIP-951, versions 16+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEndpointReply {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
 }
 
 /// One topic of a [`FetchReply`]: its name (versions < 13) or id (13+).
@@ -60,6 +73,8 @@ pub struct FetchReply {
     pub error_code: i16,
     pub session_id: i32,
     pub responses: Vec<TopicReply>,
+    /// The endpoints of the leaders named in `current_leader`s (tagged field 0, versions 16+).
+    pub node_endpoints: Vec<NodeEndpointReply>,
 }
 
 impl FetchReply {
@@ -127,6 +142,19 @@ impl Builder {
             self.cur.put_i16(s.len() as i16);
         }
         self.cur.put_slice(s.as_bytes());
+    }
+
+    /// One tagged field `tag` holding `data`, or none when `data` is `None` (flexible versions only).
+    fn put_one_tag(&mut self, tag: u32, data: Option<&[u8]>) {
+        match data {
+            Some(data) if self.flexible => {
+                self.put_uvarint(1);
+                self.put_uvarint(tag);
+                self.put_uvarint(data.len() as u32);
+                self.cur.put_slice(data);
+            }
+            _ => self.put_no_tags(),
+        }
     }
 
     /// No tagged fields (flexible versions only).
@@ -226,12 +254,36 @@ pub fn frame(
                 b.cur.put_i32(p.preferred_read_replica);
             }
             b.put_records(p.records.as_ref())?;
-            b.put_no_tags();
+            let leader = p.current_leader.map(|(id, epoch)| {
+                let mut d = [0u8; 9]; // LeaderIdAndEpoch: id, epoch, no tagged fields
+                d[0..4].copy_from_slice(&id.to_be_bytes());
+                d[4..8].copy_from_slice(&epoch.to_be_bytes());
+                d
+            });
+            b.put_one_tag(1, leader.as_ref().map(|d| &d[..]));
         }
         b.put_no_tags();
     }
-    b.put_no_tags();
+    let endpoints = (version >= 16 && !reply.node_endpoints.is_empty()).then(|| encode_node_endpoints(&reply.node_endpoints));
+    b.put_one_tag(0, endpoints.as_deref());
     Ok(b.finish())
+}
+
+/// `NodeEndpoints` as a compact array (flexible encoding).
+fn encode_node_endpoints(endpoints: &[NodeEndpointReply]) -> Vec<u8> {
+    let mut b = Builder { done: Vec::new(), head: None, cur: BytesMut::with_capacity(64), flexible: true, inline_max: 0 };
+    b.put_len(Some(endpoints.len()));
+    for e in endpoints {
+        b.cur.put_i32(e.node_id);
+        b.put_string(&e.host);
+        b.cur.put_i32(e.port);
+        match &e.rack {
+            Some(r) => b.put_string(r),
+            None => b.put_uvarint(0),
+        }
+        b.put_no_tags();
+    }
+    b.cur.to_vec()
 }
 
 #[cfg(test)]
@@ -240,7 +292,7 @@ mod tests {
     use std::sync::Arc;
 
     use kafka_protocol::messages::fetch_response::{
-        AbortedTransaction, FetchableTopicResponse, PartitionData,
+        AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
     };
     use kafka_protocol::messages::{BrokerId, FetchResponse, ProducerId};
     use proptest::prelude::*;
@@ -288,6 +340,12 @@ mod tests {
                                     .map(|s| s.to_bytes().unwrap())
                                     .unwrap_or_default(),
                             ))
+                            .with_current_leader(match p.current_leader {
+                                Some((id, epoch)) if version >= 12 => LeaderIdAndEpoch::default()
+                                    .with_leader_id(BrokerId(id))
+                                    .with_leader_epoch(epoch),
+                                _ => LeaderIdAndEpoch::default(),
+                            })
                     })
                     .collect();
                 FetchableTopicResponse::default()
@@ -305,6 +363,21 @@ mod tests {
             .with_error_code(if version >= 7 { reply.error_code } else { 0 })
             .with_session_id(if version >= 7 { reply.session_id } else { 0 })
             .with_responses(topics)
+            .with_node_endpoints(if version >= 16 {
+                reply
+                    .node_endpoints
+                    .iter()
+                    .map(|e| {
+                        NodeEndpoint::default()
+                            .with_node_id(BrokerId(e.node_id))
+                            .with_host(crate::api::str_bytes(&e.host))
+                            .with_port(e.port)
+                            .with_rack(e.rack.as_deref().map(crate::api::str_bytes))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            })
     }
 
     fn joined(parts: &[ResponsePart]) -> Vec<u8> {
@@ -334,8 +407,16 @@ mod tests {
         (dir, file)
     }
 
-    type PartSpec = (i32, i16, i64, Option<Vec<(i64, i64)>>, Option<(u16, u16)>);
+    type PartSpec = (i32, i16, i64, Option<Vec<(i64, i64)>>, Option<(u16, u16)>, Option<(i32, i32)>);
     type TopicSpec = (String, u128, Vec<PartSpec>);
+    type EndpointSpec = (i32, String, i32, Option<String>);
+
+    fn endpoints_strategy() -> impl Strategy<Value = Vec<EndpointSpec>> {
+        proptest::collection::vec(
+            (any::<i32>(), "[a-z0-9.]{0,12}", any::<i32>(), proptest::option::of("[a-z0-9-]{0,6}")),
+            0..3,
+        )
+    }
 
     fn reply_strategy() -> impl Strategy<Value = (i32, i16, i32, Vec<TopicSpec>)>
     {
@@ -348,6 +429,8 @@ mod tests {
                 0..3,
             )),
             proptest::option::of((any::<u16>(), 0u16..3000)),
+            // Never LeaderIdAndEpoch's default (-1, -1), which kafka-protocol leaves out.
+            proptest::option::of((0..i32::MAX, any::<i32>())),
         );
         let topic = (
             "[a-z._-]{0,20}",
@@ -369,6 +452,7 @@ mod tests {
             correlation_id in any::<i32>(),
             inline_max in prop_oneof![Just(0usize), Just(100), Just(INLINE_MAX)],
             (throttle, error, session, topics) in reply_strategy(),
+            endpoints in endpoints_strategy(),
         ) {
             let (_dir, file) = data_file(70_000);
             let reply = FetchReply {
@@ -378,7 +462,7 @@ mod tests {
                 responses: topics.into_iter().map(|(name, id, parts)| TopicReply {
                     name,
                     topic_id: Uuid::from_u128(id),
-                    partitions: parts.into_iter().map(|(index, code, hw, aborted, records)| PartitionReply {
+                    partitions: parts.into_iter().map(|(index, code, hw, aborted, records, current_leader)| PartitionReply {
                         partition_index: index,
                         error_code: code,
                         high_watermark: hw,
@@ -387,8 +471,13 @@ mod tests {
                         aborted_transactions: aborted,
                         preferred_read_replica: -1,
                         records: records.map(|(pos, len)| FileSlice::new(file.clone(), u64::from(pos), usize::from(len))),
+                        current_leader,
                     }).collect(),
                 }).collect(),
+                node_endpoints: endpoints
+                    .into_iter()
+                    .map(|(node_id, host, port, rack)| NodeEndpointReply { node_id, host, port, rack })
+                    .collect(),
             };
             let parts = frame(&reply, correlation_id, version, inline_max).unwrap();
             // Fields a version lacks are not sent: compare against the message without them.
@@ -414,6 +503,7 @@ mod tests {
             aborted_transactions: None,
             preferred_read_replica: -1,
             records: Some(FileSlice::new(file.clone(), pos, len)),
+            current_leader: None,
         };
         let reply = FetchReply {
             responses: vec![TopicReply {
@@ -463,6 +553,7 @@ mod tests {
                     aborted_transactions: None,
                     preferred_read_replica: -1,
                     records: Some(FileSlice::new(file.clone(), 400, 200)),
+                    current_leader: None,
                 }],
             }],
             ..FetchReply::default()
