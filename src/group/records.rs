@@ -11,7 +11,8 @@
 //!                       v1: offset | metadata | commitTimestamp | expireTimestamp i64
 //!                       v2: offset | metadata | commitTimestamp
 //!                       v3: offset | leaderEpoch i32 | metadata | commitTimestamp   (written)
-//!                       v4: v3 fields, flexible (tagged fields after) — read only
+//!                       v4: v3 fields, flexible: compact metadata string, tagged
+//!                           fields after (Kafka 4.x: the topic id) — read only
 //!   GroupMetadataValue  v3: protocolType string | generation i32 | protocol string? |
 //!                           leader string? | currentStateTimestamp i64 | members [
 //!                           memberId string | groupInstanceId string? | clientId string |
@@ -218,6 +219,36 @@ impl Reader<'_> {
     fn string(&mut self) -> Result<String, String> {
         Ok(self.opt_string()?.unwrap_or_default())
     }
+    /// An unsigned varint of at most 5 bytes (flexible versions' lengths and tags).
+    fn uvarint(&mut self) -> Result<u32, String> {
+        let mut v: u32 = 0;
+        for i in 0..5 {
+            let b = self.take(1)?[0];
+            v |= u32::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("varint longer than 5 bytes".into())
+    }
+    /// A compact string (length + 1 as a varint; 0 = null, read as empty).
+    fn compact_string(&mut self) -> Result<String, String> {
+        let n = self.uvarint()?;
+        if n == 0 {
+            return Ok(String::new());
+        }
+        let b = self.take(n as usize - 1)?;
+        String::from_utf8(b.to_vec()).map_err(|e| format!("string is not UTF-8: {e}"))
+    }
+    /// Passes over a tagged-field section (none of the tagged fields is needed).
+    fn skip_tagged_fields(&mut self) -> Result<(), String> {
+        for _ in 0..self.uvarint()? {
+            let _tag = self.uvarint()?;
+            let size = self.uvarint()?;
+            self.take(size as usize)?;
+        }
+        Ok(())
+    }
     fn bytes(&mut self) -> Result<Bytes, String> {
         let n = self.i32()?;
         if n < 0 {
@@ -231,12 +262,17 @@ fn decode_offset_value(value: &[u8]) -> Result<OffsetValue, String> {
     let mut r = Reader(value);
     let version = r.i16()?;
     let offset = r.i64()?;
-    let leader_epoch = if version >= 3 { r.i32()? } else { -1 };
-    let metadata = r.string()?;
-    let commit_timestamp = r.i64()?;
-    let expire_timestamp = if version == 1 { Some(r.i64()?) } else { None };
     if !(0..=4).contains(&version) {
         return Err(format!("unknown OffsetCommitValue version {version}"));
+    }
+    let leader_epoch = if version >= 3 { r.i32()? } else { -1 };
+    // v4 is flexible: a compact metadata string and tagged fields after (Kafka 4.x writes the
+    // topic id there).
+    let metadata = if version >= 4 { r.compact_string()? } else { r.string()? };
+    let commit_timestamp = r.i64()?;
+    let expire_timestamp = if version == 1 { Some(r.i64()?) } else { None };
+    if version >= 4 {
+        r.skip_tagged_fields()?;
     }
     Ok(OffsetValue { offset, leader_epoch, metadata, commit_timestamp, expire_timestamp })
 }
@@ -295,6 +331,26 @@ mod tests {
         assert_eq!(&v[..2], &[0, 3]);
         assert_eq!(v.len(), 2 + 8 + 4 + 3 + 8);
         assert_eq!(CoordinatorRecord::decode(&k, Some(&v)).unwrap(), Some(r));
+    }
+
+    #[test]
+    fn kafka_4_offset_commit_values_v4_with_a_topic_id_decode() {
+        // The key and value Kafka 4.4 wrote for a commit of orders-0 at 60 by group upgrade-g.
+        let key = [&[0u8, 1, 0, 9][..], b"upgrade-g", &[0, 6], b"orders", &[0, 0, 0, 0]].concat();
+        let mut value = vec![0u8, 4, 0, 0, 0, 0, 0, 0, 0, 0x3c, 0xff, 0xff, 0xff, 0xff, 0x01];
+        value.extend_from_slice(&[0, 0, 1, 0xa2, 0x4c, 0xe5, 0x91, 0x43]);
+        value.extend_from_slice(&[0x01, 0x00, 0x10]); // one tagged field: tag 0 (topic id), 16 bytes
+        value.extend_from_slice(&[0xae, 0x4d, 0xf5, 0xcc, 0x44, 0xc6, 0x42, 0x05, 0xad, 0x1f, 0x36, 0x83, 0xae, 0x55, 0xb7, 0xb4]);
+        let decoded = CoordinatorRecord::decode(&key, Some(&value)).unwrap();
+        let want = CoordinatorRecord::Offset {
+            group: "upgrade-g".into(),
+            topic: "orders".into(),
+            partition: 0,
+            value: Some(OffsetValue { offset: 60, leader_epoch: -1, metadata: String::new(), commit_timestamp: 0x1a2_4ce5_9143, expire_timestamp: None }),
+        };
+        assert_eq!(decoded, Some(want));
+        // A tagged field cut short is an error, not a guess.
+        assert!(CoordinatorRecord::decode(&key, Some(&value[..value.len() - 1])).is_err());
     }
 
     #[test]
