@@ -30,6 +30,7 @@
 pub mod boot;
 pub mod cleaner;
 pub mod cluster;
+pub mod kafka_import;
 pub mod retention;
 
 use std::collections::{BTreeMap, HashMap};
@@ -60,6 +61,8 @@ pub enum BrokerError {
     IoBackend(#[source] std::io::Error),
     #[error("starting the group coordinator")]
     Groups(#[from] crate::group::GroupError),
+    #[error(transparent)]
+    KafkaImport(#[from] kafka_import::ImportError),
 }
 
 /// Why a topic operation was refused; each maps to a Kafka error code in the api layer.
@@ -191,9 +194,10 @@ impl Broker {
         let reads = if config.io_direct && config.io_direct_reads { "direct where uncached" } else { "page cache" };
         tracing::info!(backend = io.name(), appends = io.append_path(), reads, "log I/O backend");
         let first = config.log_dirs[0].clone();
-        let topic_configs = TopicConfigStore::open(&first)?;
-        let broker_configs = TopicConfigStore::open_broker(&first)?;
-        let producer_ids = ProducerIdAllocator::open(&first)?;
+        let mut topic_configs = TopicConfigStore::open(&first)?;
+        let mut broker_configs = TopicConfigStore::open_broker(&first)?;
+        let mut producer_ids = ProducerIdAllocator::open(&first)?;
+        kafka_import::import(&config.metadata_log_dir, &first, config.node_id, &mut topic_configs, &mut broker_configs, &mut producer_ids)?;
         let group_config = crate::group::GroupConfig::from_raw(&config.raw).map_err(crate::group::GroupError::from)?;
         let broker = Broker {
             node_id: config.node_id,

@@ -61,7 +61,7 @@ pub fn random_kafka_uuid() -> Uuid {
 }
 
 /// Writes `contents` to `path` atomically (temp file, fsync, rename, fsync the directory).
-fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), MetadataError> {
+pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), MetadataError> {
     Ok(crate::log::checkpoint::write_atomically(path, contents)?)
 }
 
@@ -193,6 +193,11 @@ impl TopicConfigStore {
         self.overrides.get(topic).cloned().unwrap_or_default()
     }
 
+    /// No entity has overrides.
+    pub fn is_empty(&self) -> bool {
+        self.overrides.is_empty()
+    }
+
     /// Replaces a topic's overrides (empty removes the topic) and persists them before
     /// returning. Setting what is already stored writes nothing (creating a topic without
     /// overrides costs no fsync). On a failed write the stored overrides stay as they were,
@@ -240,6 +245,17 @@ impl ProducerIdAllocator {
             Err(e) => return Err(io_err("read", &path)(e)),
         };
         Ok(ProducerIdAllocator { path, next, block_end: next })
+    }
+
+    /// Never hands out an id below `next` (ids another broker handed out), persisting that
+    /// before returning.
+    pub fn raise_to(&mut self, next: i64) -> Result<(), MetadataError> {
+        if next > self.next {
+            write_atomically(&self.path, next.to_string().as_bytes())?;
+            self.next = next;
+            self.block_end = next;
+        }
+        Ok(())
     }
 
     pub fn allocate(&mut self) -> Result<i64, MetadataError> {

@@ -1,9 +1,24 @@
-"""Client-side helpers shared by the tests (confluent-kafka / librdkafka)."""
+"""Client-side helpers shared by the tests (confluent-kafka / librdkafka, Kafka's own tools)."""
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+KAFKA_LIBS = Path(__file__).resolve().parents[2] / ".cache" / "kafka-4.4.0" / "libs"
+
+
+def kafka_tool(cls, *args, check=True):
+    """Runs one of Kafka's tools (org.apache.kafka.tools.<cls>) from the fetched jars; with
+    `check`, fails the test on a non-zero exit. Returns the CompletedProcess."""
+    r = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-cp", str(KAFKA_LIBS / "*"), "org.apache.kafka.tools." + cls, *args],
+                       capture_output=True, text=True, timeout=120)
+    if check:
+        assert r.returncode == 0, "%s %s failed:\n%s\n%s" % (cls, args, r.stdout, r.stderr)
+    return r
 
 
 def unique(prefix):

@@ -9,6 +9,7 @@ Replication (followers copying their leader's log, the ISR and high watermark) i
 issue: these tests check where partitions are led and what clients are told, and read records
 back only from partitions whose leader never changed.
 """
+import os
 import re
 import subprocess
 import time
@@ -17,18 +18,10 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from conftest import REPO, free_port, sluice_bin
-from kafkautil import admin, consumer, make_records, produce_all, producer, unique
+from conftest import free_port, sluice_bin
+from kafkautil import admin, consumer, kafka_tool, make_records, produce_all, producer, unique
 
-LIBS = REPO / ".cache" / "kafka-4.4.0" / "libs"
-
-
-def tool(cls, *args, check=True):
-    r = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-cp", str(LIBS / "*"), "org.apache.kafka.tools." + cls, *args],
-                       capture_output=True, text=True, timeout=120)
-    if check:
-        assert r.returncode == 0, "%s %s failed:\n%s\n%s" % (cls, args, r.stdout, r.stderr)
-    return r
+tool = kafka_tool
 
 
 def describe(bootstrap, topic):
@@ -221,7 +214,11 @@ def test_broker_only_nodes_serve_a_cluster_kept_by_dedicated_controllers(sluice_
             subprocess.run([str(sluice_bin()), "format", "-t", q.cluster_id, "-c", str(props)], check=True,
                            capture_output=True, timeout=30)
             log = open(tmp_path / ("broker%d.log" % node), "ab")
-            procs[node] = subprocess.Popen([str(sluice_bin()), "serve", "-c", str(props)], stdout=log, stderr=log)
+            procs[node] = subprocess.Popen([str(sluice_bin()), "serve", "-c", str(props)], stdout=log, stderr=log,
+                                           env=dict(os.environ, SLUICE_LOG="info"))
+        for node in ports:
+            wait_until("broker %d to be unfenced" % node,
+                       lambda: "this broker is unfenced" in (tmp_path / ("broker%d.log" % node)).read_text(errors="replace"))
         bootstrap = ",".join("127.0.0.1:%d" % p for p in ports.values())
         wait_until("both brokers to be listed", lambda: brokers_seen(bootstrap)[0] == [4, 5])
 

@@ -7,19 +7,13 @@ metadata.version) are compared, and a sluice quorum that loses its leader to kil
 electing another.
 """
 import re
-import subprocess
 import time
 
-from conftest import REPO
-
-LIBS = REPO / ".cache" / "kafka-4.4.0" / "libs"
+from kafkautil import kafka_tool
 
 
 def tool(cls, *args):
-    r = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-cp", str(LIBS / "*"), "org.apache.kafka.tools." + cls, *args],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, "%s %s failed:\n%s\n%s" % (cls, args, r.stdout, r.stderr)
-    return r.stdout
+    return kafka_tool(cls, *args).stdout
 
 
 def quorum_status(bootstrap):
