@@ -20,7 +20,7 @@ pub async fn describe_cluster(ctx: &RequestContext, req: DescribeClusterRequest)
             .with_endpoint_type(req.endpoint_type);
     }
     let brokers = broker
-        .live_brokers()
+        .live_brokers(&ctx.listener)
         .into_iter()
         .map(|b| {
             DescribeClusterBroker::default()

@@ -297,7 +297,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     leaders.dedup();
     let node_endpoints = leaders
         .into_iter()
-        .filter_map(|id| broker.broker_info(id))
+        .filter_map(|id| broker.broker_info(id, &ctx.listener))
         .map(|b| NodeEndpointReply { node_id: b.id, host: b.host, port: b.port as i32, rack: b.rack })
         .collect();
     FetchReply { session_id, responses, node_endpoints, ..FetchReply::default() }

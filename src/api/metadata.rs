@@ -134,7 +134,7 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
         }
     }
     MetadataResponse::default()
-        .with_brokers(brokers(broker))
+        .with_brokers(brokers(broker, &ctx.listener))
         .with_cluster_id(Some(str_bytes(&broker.cluster_id)))
         // In KRaft mode Kafka names a live broker here (clients send admin requests to it and it
         // forwards them); this one is live.
@@ -143,9 +143,9 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }
 
-fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
+fn brokers(broker: &Broker, listener: &str) -> Vec<MetadataResponseBroker> {
     broker
-        .live_brokers()
+        .live_brokers(listener)
         .into_iter()
         .map(|b| {
             MetadataResponseBroker::default()

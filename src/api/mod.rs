@@ -41,6 +41,9 @@ pub struct RequestContext {
     pub fetch_sessions: Arc<fetch_session::FetchSessionCache>,
     /// The client's address, for the host group members are listed with.
     pub peer: std::net::SocketAddr,
+    /// The listener the request came in on: Metadata, FindCoordinator and leader hints name
+    /// brokers by their endpoints on this listener, as Kafka does.
+    pub listener: Arc<str>,
 }
 
 impl RequestContext {

@@ -231,7 +231,7 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
     }
     let node_endpoints = leaders
         .into_iter()
-        .filter_map(|id| broker.broker_info(id))
+        .filter_map(|id| broker.broker_info(id, &ctx.listener))
         .map(|b| {
             NodeEndpoint::default()
                 .with_node_id(BrokerId(b.id))

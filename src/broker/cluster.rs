@@ -234,16 +234,18 @@ impl Broker {
         }
     }
 
-    /// The brokers clients may talk to: every unfenced broker of the cluster, or this one.
-    pub fn live_brokers(&self) -> Vec<BrokerInfo> {
+    /// The brokers clients may talk to, by their endpoints on `listener` (the one the request
+    /// came in on): every unfenced broker of the cluster that has such a listener, or this one.
+    /// Unknown listener names (requests from tests that bypass the network) get each broker's
+    /// first endpoint.
+    pub fn live_brokers(&self, listener: &str) -> Vec<BrokerInfo> {
         match self.cluster() {
-            Some(view) => view.live_brokers().into_iter().map(|(id, host, port, rack)| BrokerInfo { id, host, port, rack }).collect(),
-            None => self
-                .advertised()
-                .into_iter()
-                .take(1)
-                .map(|e| BrokerInfo { id: self.node_id, host: e.host, port: e.port, rack: None })
-                .collect(),
+            Some(view) => view.live_brokers(listener).into_iter().map(|(id, host, port, rack)| BrokerInfo { id, host, port, rack }).collect(),
+            None => {
+                let advertised = self.advertised();
+                let e = advertised.iter().find(|e| e.name == listener).or_else(|| advertised.first());
+                e.map(|e| BrokerInfo { id: self.node_id, host: e.host.clone(), port: e.port, rack: None }).into_iter().collect()
+            }
         }
     }
 
@@ -316,9 +318,9 @@ impl Broker {
         }
     }
 
-    /// A live broker's endpoint by id.
-    pub fn broker_info(&self, id: i32) -> Option<BrokerInfo> {
-        self.live_brokers().into_iter().find(|b| b.id == id)
+    /// A live broker's endpoint on `listener` by id.
+    pub fn broker_info(&self, id: i32, listener: &str) -> Option<BrokerInfo> {
+        self.live_brokers(listener).into_iter().find(|b| b.id == id)
     }
 }
 

@@ -132,15 +132,19 @@ impl ClusterView {
         image.topics.get(id)?.partitions.get(&index).cloned()
     }
 
-    /// Unfenced brokers' client endpoints: (id, host, port, rack).
-    pub fn live_brokers(&self) -> Vec<(i32, String, u16, Option<String>)> {
+    /// Unfenced brokers' endpoints on `listener`: (id, host, port, rack). As in Kafka, a broker
+    /// without that listener is left out; a name no broker registered (a request that did not
+    /// come through a listener) gets the client listener's endpoints.
+    pub fn live_brokers(&self, listener: &str) -> Vec<(i32, String, u16, Option<String>)> {
         let image = self.image.borrow();
+        let registered = image.brokers.values().any(|b| b.endpoints.iter().any(|e| e.name == listener));
+        let name = if registered { listener } else { self.client_listener.as_str() };
         image
             .brokers
             .values()
             .filter(|b| !b.fenced)
             .filter_map(|b| {
-                let e = b.endpoints.iter().find(|e| e.name == self.client_listener).or_else(|| b.endpoints.first())?;
+                let e = b.endpoints.iter().find(|e| e.name == name).or_else(|| (!registered).then(|| b.endpoints.first()).flatten())?;
                 Some((b.id, e.host.clone(), e.port, b.rack.clone()))
             })
             .collect()

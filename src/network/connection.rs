@@ -180,7 +180,7 @@ enum Closed {
     Protocol(String),
 }
 
-pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, sessions: Arc<FetchSessionCache>) {
+pub async fn serve(stream: TcpStream, peer: SocketAddr, listener: Arc<str>, broker: Arc<Broker>, sessions: Arc<FetchSessionCache>) {
     let mut wake_at = WakeAt::new(stream.as_raw_fd());
     let (mut reader, writer) = stream.into_split();
     let mut writer = ResponseWriter::new(BufWriter::with_capacity(64 * 1024, writer));
@@ -285,6 +285,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>, ses
             client_id: client_id.clone(),
             fetch_sessions: sessions.clone(),
             peer,
+            listener: listener.clone(),
         };
         let started = Instant::now();
         let dispatched = api::dispatch(ctx, api_key, body).await;

@@ -163,6 +163,7 @@ struct AcceptContext {
 
 async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptContext) {
     let mut backoff = Duration::from_millis(10);
+    let name: Arc<str> = Arc::from(endpoint.name.as_str());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => {
@@ -205,8 +206,9 @@ async fn accept_loop(endpoint: Endpoint, listener: TcpListener, ctx: AcceptConte
         }
         let broker = ctx.broker.clone();
         let sessions = ctx.fetch_sessions.clone();
+        let name = name.clone();
         tokio::spawn(async move {
-            connection::serve(stream, peer, broker, sessions).await;
+            connection::serve(stream, peer, name, broker, sessions).await;
             drop(slot);
             drop(permit);
         });

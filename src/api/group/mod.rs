@@ -87,7 +87,7 @@ pub(crate) const NO_TRANSACTIONS: &str = "sluice does not support transactions y
 
 /// Key types: 0 = GROUP, 2 = SHARE (served by this node), 1 = TRANSACTION (refused).
 fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordinator_response::Coordinator {
-    let mut c = find_coordinator_response::Coordinator::default().with_key(str_bytes(key)).with_node_id(BrokerId(-1)).with_port(-1);
+    let c = find_coordinator_response::Coordinator::default().with_key(str_bytes(key)).with_node_id(BrokerId(-1)).with_port(-1);
     if !(0..=2).contains(&key_type) {
         return c.with_error_code(ResponseError::InvalidRequest.code()).with_error_message(Some(str_bytes(&format!("Unknown key type {key_type}"))));
     }
@@ -103,16 +103,15 @@ fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordi
             let p = crate::group::partition_for(key, t.partitions.len() as i32);
             t.partitions.iter().find(|x| x.index == p).map(|x| x.leader)
         });
-        return match leader.and_then(|l| ctx.broker.broker_info(l)) {
+        return match leader.and_then(|l| ctx.broker.broker_info(l, &ctx.listener)) {
             Some(b) => c.with_node_id(BrokerId(b.id)).with_host(str_bytes(&b.host)).with_port(b.port as i32),
             None => c.with_error_code(ResponseError::CoordinatorNotAvailable.code()),
         };
     }
-    let Some(endpoint) = ctx.broker.advertised().into_iter().next() else {
+    let Some(endpoint) = ctx.broker.live_brokers(&ctx.listener).into_iter().next() else {
         return c.with_error_code(ResponseError::CoordinatorNotAvailable.code());
     };
-    c = c.with_node_id(BrokerId(ctx.broker.node_id)).with_host(str_bytes(&endpoint.host)).with_port(endpoint.port as i32);
-    c
+    c.with_node_id(BrokerId(ctx.broker.node_id)).with_host(str_bytes(&endpoint.host)).with_port(endpoint.port as i32)
 }
 
 pub async fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
