@@ -498,6 +498,12 @@ fn a_broker_that_does_not_lead_a_partition_says_who_does() {
         .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]);
     assert_eq!(c.broker(other).call(&list, 7).topics[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
     assert_eq!(c.broker(leader).call(&list, 7).topics[0].partitions[0].offset, 1);
+    // The producers' state too: only the leader describes it.
+    let producers = DescribeProducersRequest::default().with_topics(vec![describe_producers_request::TopicRequest::default()
+        .with_name(common::topic_name(topic))
+        .with_partition_indexes(vec![0])]);
+    assert_eq!(c.broker(other).call(&producers, 0).topics[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(c.broker(leader).call(&producers, 0).topics[0].partitions[0].error_code, 0);
 
     // A group's coordinator is the leader of its __consumer_offsets partition, wherever asked;
     // the others answer NOT_COORDINATOR.

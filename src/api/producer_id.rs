@@ -48,7 +48,8 @@ pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitPro
 /// Each partition's producers with their epoch, last sequence and last timestamp, as Kafka's
 /// `kafka-transactions.sh describe-producers` shows them. Without transactions, the coordinator
 /// epoch and the current transaction's start offset are always -1. A partition this node does
-/// not have is UNKNOWN_TOPIC_OR_PARTITION.
+/// not have is UNKNOWN_TOPIC_OR_PARTITION; in a cluster, one it does not lead is
+/// NOT_LEADER_OR_FOLLOWER.
 pub async fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse {
     let topics = req
         .topics
@@ -59,6 +60,13 @@ pub async fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequ
                 .iter()
                 .map(|&index| {
                     let r = PartitionResponse::default().with_partition_index(index);
+                    // In a cluster only the leader keeps the producers' state (Kafka's admin
+                    // client sends this request to each partition's leader).
+                    match ctx.broker.not_leader(&t.name, index) {
+                        Some(nl) if nl.unknown() => return r.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                        Some(_) => return r.with_error_code(ResponseError::NotLeaderOrFollower.code()),
+                        None => {}
+                    }
                     let Some(p) = ctx.broker.partition(&t.name, index) else {
                         return r.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
