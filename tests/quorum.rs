@@ -547,13 +547,40 @@ fn init_producer_id(c: &Controllers, broker: i32) -> i64 {
     }
 }
 
+/// The topic's id and its `retention.ms` override as broker `on` describes them.
+fn topic_id_and_retention(c: &Controllers, on: i32, topic: &str) -> (uuid::Uuid, Option<String>) {
+    let req = MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(common::topic_name(topic)))]));
+    let id = c.broker(on).call(&req, 12).topics[0].topic_id;
+    let describe = DescribeConfigsRequest::default().with_resources(vec![describe_configs_request::DescribeConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_string(topic.to_string()))
+        .with_configuration_keys(Some(vec![StrBytes::from_static_str("retention.ms")]))]);
+    let resp = c.broker(on).call(&describe, 4);
+    (id, resp.results[0].configs.first().and_then(|e| e.value.as_ref().map(|v| v.to_string())))
+}
+
 #[test]
-fn producer_ids_are_unique_across_brokers_and_restarts_of_the_whole_cluster() {
+fn a_whole_cluster_killed_with_sigkill_restarts_with_its_topics_configs_and_producer_ids() {
     let mut c = Controllers::combined(3);
     for id in 1..=3 {
         c.start(id);
     }
     wait_for_brokers(&c, 3);
+    create_topic(&c, 2, "kept", 3, 3);
+    let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![incremental_alter_configs_request::AlterConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str("kept"))
+        .with_configs(vec![incremental_alter_configs_request::AlterableConfig::default()
+            .with_name(StrBytes::from_static_str("retention.ms"))
+            .with_config_operation(0)
+            .with_value(Some(StrBytes::from_static_str("1234567")))])]);
+    assert_eq!(c.broker(3).call(&alter, 1).responses[0].error_code, 0);
+    let mut kept = None;
+    wait_for("every broker to describe the topic with its config", Duration::from_secs(10), || {
+        let seen: Vec<_> = (1..=3).map(|b| topic_id_and_retention(&c, b, "kept")).collect();
+        kept = Some(seen[0].clone());
+        seen.iter().all(|s| *s == seen[0] && s.1.as_deref() == Some("1234567") && !s.0.is_nil())
+    });
     let mut seen = std::collections::BTreeSet::new();
     for round in 0..4 {
         for broker in 1..=3 {
@@ -577,6 +604,7 @@ fn producer_ids_are_unique_across_brokers_and_restarts_of_the_whole_cluster() {
     for broker in 1..=3 {
         let id = init_producer_id(&c, broker);
         assert!(id > highest, "broker {broker} handed out {id} after the restart; {highest} was handed out before");
+        assert_eq!(Some(topic_id_and_retention(&c, broker, "kept")), kept, "broker {broker} after the restart");
     }
 }
 
