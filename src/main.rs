@@ -377,7 +377,11 @@ async fn join_cluster(broker: &Arc<Broker>) -> anyhow::Result<sluice::cluster::n
         Box::new(move || sluice::cluster::quorum::MetadataQuorum::status(&*q).leader)
     };
     let image = sluice::cluster::quorum::MetadataQuorum::image(&*quorum);
-    let view = sluice::cluster::view::ClusterView::new(config.node_id, image, leader, config.quorum_voters.clone(), client_listener(config));
+    let voters = {
+        let v = config.quorum_voters.clone();
+        Box::new(move |id| v.get(&id).cloned())
+    };
+    let view = sluice::cluster::view::ClusterView::new(config.node_id, image, leader, voters, client_listener(config));
     broker.join_cluster(Arc::new(view));
     tracing::info!(voters = ?config.quorum_voters, "member of a cluster: topics and leaders come from the metadata quorum");
     Ok(node)
@@ -388,14 +392,22 @@ async fn join_cluster(broker: &Arc<Broker>) -> anyhow::Result<sluice::cluster::n
 /// broker cannot apply stops the process: serving on without it would serve stale metadata.
 fn observe_cluster(broker: &Arc<Broker>) -> tokio::task::JoinHandle<()> {
     let config = &broker.config;
-    let observer = sluice::cluster::observer::Observer::new(&broker.cluster_id, config.quorum_voters.clone());
+    let observer = sluice::cluster::observer::Observer::new(&broker.cluster_id, config.quorum_voters.clone(), config.quorum_bootstrap_servers.clone());
     let leader = {
         let o = observer.clone();
         Box::new(move || o.leader())
     };
-    let view = sluice::cluster::view::ClusterView::new(config.node_id, observer.subscribe(), leader, config.quorum_voters.clone(), client_listener(config));
+    let voters = {
+        let o = observer.clone();
+        Box::new(move |id| o.voter_addr(id))
+    };
+    let view = sluice::cluster::view::ClusterView::new(config.node_id, observer.subscribe(), leader, voters, client_listener(config));
     broker.join_cluster(Arc::new(view));
-    tracing::info!(controllers = ?config.quorum_voters, "broker-only member of a cluster: following the controllers' metadata");
+    tracing::info!(
+        voters = ?config.quorum_voters,
+        bootstrap = ?config.quorum_bootstrap_servers,
+        "broker-only member of a cluster: following the controllers' metadata"
+    );
     tokio::spawn(async move {
         let e = observer.run().await;
         tracing::error!(error = %e, "stopping: the metadata from the active controller cannot be applied");

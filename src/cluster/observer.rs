@@ -2,6 +2,8 @@
 //! observer: it long-polls the active controller for the image past the offset it has
 //! ([`ObserveRequest`] on the controllers' listener) and publishes each newer image to its
 //! [`super::view::ClusterView`], as a combined node's voter publishes the image it applies.
+//! The voters come from `controller.quorum.voters`, or are learned from the answer of any
+//! controller at `controller.quorum.bootstrap.servers` (every answer lists them).
 //!
 //! Sluice's own peer protocol carries this today (the whole image as metadata records, as a
 //! snapshot carries it, on every change); following a Kafka KRaft quorum needs KRaft's Fetch
@@ -25,10 +27,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::RwLock;
 use tokio::sync::watch;
 
 use super::image::MetadataImage;
-use super::raft::{image_from_records, ObserveRequest, PeerClient};
+use super::raft::{image_from_records, ObserveRequest, PeerClient, ANY_VOTER};
 use super::ClusterError;
 
 /// How long one observe request may wait at the controller for a newer image.
@@ -41,17 +44,33 @@ pub const UNREACHABLE_WARNING: Duration = Duration::from_secs(10);
 /// The metadata image as the active controller publishes it, for a broker-only node.
 pub struct Observer {
     cluster_id: String,
-    /// Controller id -> `host:port` of its controller listener.
-    voters: BTreeMap<i32, String>,
+    /// `controller.quorum.bootstrap.servers`, asked while no voter is known.
+    bootstrap: Vec<String>,
+    /// Controller id -> `host:port` of its controller listener: `controller.quorum.voters`, or
+    /// as the controllers report the quorum's membership.
+    voters: RwLock<BTreeMap<i32, String>>,
     image: watch::Sender<Arc<MetadataImage>>,
     /// The active controller as last reported, -1 when none is known.
     leader: AtomicI32,
 }
 
+/// Whom the next observe request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Voter(i32),
+    Bootstrap(usize),
+}
+
 impl Observer {
-    pub fn new(cluster_id: &str, voters: BTreeMap<i32, String>) -> Arc<Observer> {
+    pub fn new(cluster_id: &str, voters: BTreeMap<i32, String>, bootstrap: Vec<String>) -> Arc<Observer> {
         let (image, _) = watch::channel(Arc::new(MetadataImage::default()));
-        Arc::new(Observer { cluster_id: cluster_id.to_string(), voters, image, leader: AtomicI32::new(-1) })
+        Arc::new(Observer {
+            cluster_id: cluster_id.to_string(),
+            bootstrap,
+            voters: RwLock::new(voters),
+            image,
+            leader: AtomicI32::new(-1),
+        })
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
@@ -63,21 +82,56 @@ impl Observer {
         Some(self.leader.load(Ordering::Acquire)).filter(|l| *l >= 0)
     }
 
+    /// The address of controller `id`'s controller listener, once known.
+    pub fn voter_addr(&self, id: i32) -> Option<String> {
+        self.voters.read().get(&id).cloned()
+    }
+
+    fn next(&self, current: Target) -> Target {
+        let voters = self.voters.read();
+        if voters.is_empty() {
+            let i = match current {
+                Target::Bootstrap(i) => i + 1,
+                Target::Voter(_) => 0,
+            };
+            return Target::Bootstrap(i % self.bootstrap.len().max(1));
+        }
+        let ids: Vec<i32> = voters.keys().copied().collect();
+        match current {
+            Target::Voter(id) => Target::Voter(next_voter(&ids, id)),
+            Target::Bootstrap(_) => Target::Voter(ids[0]),
+        }
+    }
+
     /// Follows the quorum until the task is dropped or an image does not decode.
     pub async fn run(self: Arc<Self>) -> ClusterError {
-        let mut clients: BTreeMap<i32, PeerClient> =
-            self.voters.iter().map(|(id, addr)| (*id, PeerClient::observer(&self.cluster_id, *id as u64, addr))).collect();
-        let ids: Vec<i32> = self.voters.keys().copied().collect();
-        let mut target = ids[0];
+        let mut clients: BTreeMap<i32, PeerClient> = BTreeMap::new();
+        let mut bootstrap: Vec<PeerClient> = self.bootstrap.iter().map(|a| PeerClient::observer(&self.cluster_id, ANY_VOTER, a)).collect();
+        let mut target = self.next(Target::Bootstrap(usize::MAX - 1));
         let mut last_answer = Instant::now();
         let mut last_warning = Instant::now();
         loop {
             let after = self.image.borrow().offset;
-            let client = clients.get_mut(&target).expect("targets are voters");
-            let outcome = client.observe(ObserveRequest { after, wait_ms: OBSERVE_WAIT.as_millis() as u64 }).await;
+            let request = ObserveRequest { after, wait_ms: OBSERVE_WAIT.as_millis() as u64 };
+            let outcome = match target {
+                Target::Voter(id) => match self.voter_addr(id) {
+                    Some(addr) => clients.entry(id).or_insert_with(|| PeerClient::observer(&self.cluster_id, id as u64, &addr)).observe(request).await,
+                    None => Err(std::io::Error::other(format!("controller {id} is not a voter"))),
+                },
+                Target::Bootstrap(i) => match bootstrap.get_mut(i) {
+                    Some(client) => client.observe(request).await,
+                    None => Err(std::io::Error::other("no controller.quorum.bootstrap.servers")),
+                },
+            };
             let next = match outcome {
                 Ok(resp) => {
-                    let leader = resp.leader.map(|l| l as i32).filter(|l| self.voters.contains_key(l));
+                    let reported: BTreeMap<i32, String> = resp.voters.iter().map(|(id, addr)| (*id as i32, addr.clone())).collect();
+                    if !reported.is_empty() && *self.voters.read() != reported {
+                        tracing::info!(voters = ?reported, "the metadata quorum's voters");
+                        *self.voters.write() = reported;
+                        clients.clear();
+                    }
+                    let leader = resp.leader.map(|l| l as i32).filter(|l| self.voters.read().contains_key(l));
                     self.leader.store(leader.unwrap_or(-1), Ordering::Release);
                     if resp.offset >= 0 {
                         last_answer = Instant::now();
@@ -89,26 +143,30 @@ impl Observer {
                                 Err(e) => return e,
                             }
                         }
+                        if let (Target::Bootstrap(_), Some(l)) = (target, leader) {
+                            target = Target::Voter(l);
+                        }
                         continue;
                     }
                     // Not the leader: ask the one it names, or the next voter after a pause.
-                    match leader.filter(|l| *l != target) {
+                    match leader.filter(|l| Target::Voter(*l) != target) {
                         Some(l) => {
-                            target = l;
+                            target = Target::Voter(l);
                             continue;
                         }
-                        None => next_voter(&ids, target),
+                        None => self.next(target),
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(controller = target, error = %e, "observing the metadata quorum failed");
-                    next_voter(&ids, target)
+                    tracing::debug!(?target, error = %e, "observing the metadata quorum failed");
+                    self.next(target)
                 }
             };
             if last_answer.elapsed() >= UNREACHABLE_WARNING && last_warning.elapsed() >= UNREACHABLE_WARNING {
                 last_warning = Instant::now();
                 tracing::warn!(
-                    voters = ?self.voters,
+                    voters = ?*self.voters.read(),
+                    bootstrap = ?self.bootstrap,
                     silent_for_s = last_answer.elapsed().as_secs(),
                     metadata_offset = after,
                     "no active controller answers; serving the last metadata image and retrying"

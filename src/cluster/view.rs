@@ -13,7 +13,6 @@
 //! message the caller turns into a retriable error for its client (REQUEST_TIMED_OUT).
 //! Responses larger than [`MAX_RESPONSE`] are refused before they are read.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +38,7 @@ pub struct ClusterView {
     /// The quorum leader this node knows of (the active controller).
     leader: Box<dyn Fn() -> Option<i32> + Send + Sync>,
     /// Controller id -> `host:port` of its controller listener.
-    voters: BTreeMap<i32, String>,
+    voters: Box<dyn Fn(i32) -> Option<String> + Send + Sync>,
     /// The listener clients use (`PLAINTEXT`), whose endpoints Metadata lists.
     pub client_listener: String,
     /// Set once the controller has unfenced this broker: its image has caught up with the
@@ -57,7 +56,7 @@ impl ClusterView {
         node_id: i32,
         image: watch::Receiver<Arc<MetadataImage>>,
         leader: Box<dyn Fn() -> Option<i32> + Send + Sync>,
-        voters: BTreeMap<i32, String>,
+        voters: Box<dyn Fn(i32) -> Option<String> + Send + Sync>,
         client_listener: String,
     ) -> ClusterView {
         ClusterView {
@@ -160,8 +159,8 @@ impl ClusterView {
         let mut last = String::from("no active controller is known");
         loop {
             if let Some(leader) = (self.leader)() {
-                match self.voters.get(&leader) {
-                    Some(addr) => match tokio::time::timeout_at(deadline, call(addr, req, version)).await {
+                match (self.voters)(leader) {
+                    Some(addr) => match tokio::time::timeout_at(deadline, call(&addr, req, version)).await {
                         Ok(Ok((resp, code))) if code != Some(NOT_CONTROLLER) => return Ok(resp),
                         Ok(Ok(_)) => last = format!("controller {leader} is not the active controller"),
                         Ok(Err(e)) => last = format!("controller {leader} at {addr}: {e}"),

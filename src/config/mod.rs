@@ -91,6 +91,9 @@ pub struct BrokerConfig {
     pub roles: Roles,
     /// `controller.quorum.voters`: node id -> `host:port` of its controller listener.
     pub quorum_voters: BTreeMap<i32, String>,
+    /// `controller.quorum.bootstrap.servers`: `host:port` of controllers to learn the voters
+    /// from (a broker-only node without `controller.quorum.voters`).
+    pub quorum_bootstrap_servers: Vec<String>,
     /// `controller.listener.names`.
     pub controller_listener_names: Vec<String>,
     /// `metadata.log.dir`, else the first of `log.dirs`: where the quorum keeps its files.
@@ -342,6 +345,7 @@ impl BrokerConfig {
             node_id,
             roles,
             quorum_voters: refused::parse_voters(raw.get("controller.quorum.voters").map(String::as_str).unwrap_or(""))?,
+            quorum_bootstrap_servers: refused::list(raw.get("controller.quorum.bootstrap.servers").map(String::as_str).unwrap_or("")),
             controller_listener_names: refused::list(raw.get("controller.listener.names").map(String::as_str).unwrap_or("")),
             metadata_log_dir: raw
                 .get("metadata.log.dir")

@@ -12,9 +12,8 @@
 //!   `controller.quorum.bootstrap.servers`, `node.id`): a node with both roles is a voter of
 //!   the quorum — a single node its own one-voter quorum, a member of a cluster one of
 //!   `controller.quorum.voters`; a broker-only node (`process.roles=broker`) observes the quorum
-//!   of the controllers listed in `controller.quorum.voters`, which must not include it (with
-//!   only `controller.quorum.bootstrap.servers` it is refused, rather than started as a lone
-//!   broker that believes it is part of a cluster). A dedicated controller
+//!   of the controllers listed in `controller.quorum.voters`, which must not include it, or
+//!   learned from those at `controller.quorum.bootstrap.servers`. A dedicated controller
 //!   (`process.roles=controller`) serves no data. Wherever there are several voters, a voter's
 //!   own entry in `controller.quorum.voters` must be the port of its controller listener.
 //!
@@ -225,13 +224,21 @@ fn check_roles(
     }
     if broker_only {
         // An observer: the controllers are the voters, this node is not one (as Kafka requires).
+        // It finds them in controller.quorum.voters, or learns them from the controllers at
+        // controller.quorum.bootstrap.servers.
         let value = raw.get("controller.quorum.voters").map(String::as_str).unwrap_or("").trim();
-        if value.is_empty() {
+        let bootstrap = raw.get("controller.quorum.bootstrap.servers").map(String::as_str).unwrap_or("").trim();
+        if value.is_empty() && bootstrap.is_empty() {
             return Err(refused(
                 "process.roles",
                 "broker",
-                format!("{CLUSTER}; a broker-only node needs controller.quorum.voters (controller.quorum.bootstrap.servers alone is not supported yet)"),
+                format!("{CLUSTER}; a broker-only node needs controller.quorum.voters or controller.quorum.bootstrap.servers"),
             ));
+        }
+        for server in list(bootstrap) {
+            if server.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
+                return Err(invalid("controller.quorum.bootstrap.servers", bootstrap, "a list of host:port"));
+            }
         }
         let voters = parse_voters(value)?;
         if voters.contains_key(&node_id) {
@@ -436,7 +443,7 @@ mod tests {
     #[test]
     fn a_broker_only_node_observes_controllers_and_other_quorums_must_include_this_node() {
         let err = refusal(&[("process.roles", "broker")]);
-        assert!(err.contains("process.roles") && err.contains("needs controller.quorum.voters"), "{err}");
+        assert!(err.contains("process.roles") && err.contains("needs controller.quorum.voters or controller.quorum.bootstrap.servers"), "{err}");
         let observer = [
             ("process.roles", "broker"),
             ("node.id", "4"),
@@ -445,6 +452,12 @@ mod tests {
             ("controller.listener.names", "CONTROLLER"),
         ];
         assert_eq!(load(&observer).expect("a broker observing three controllers").config.roles, super::super::Roles::Broker);
+        let mut bootstrapped = observer;
+        bootstrapped[2] = ("controller.quorum.bootstrap.servers", "127.0.0.1:9093,localhost:9094");
+        let c = load(&bootstrapped).expect("a broker learning its controllers from bootstrap servers").config;
+        assert_eq!((c.quorum_voters.len(), c.quorum_bootstrap_servers.len()), (0, 2));
+        bootstrapped[2] = ("controller.quorum.bootstrap.servers", "127.0.0.1");
+        assert!(refusal(&bootstrapped).contains("a list of host:port"));
         let mut voter = observer;
         voter[1] = ("node.id", "2");
         let err = refusal(&voter);

@@ -189,7 +189,7 @@ def test_sigterm_moves_every_leadership_away_before_the_broker_exits(sluice_clus
 
 BROKER_ONLY = """process.roles=broker
 node.id={node}
-controller.quorum.voters={voters}
+{quorum}
 listeners=PLAINTEXT://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
@@ -202,14 +202,18 @@ metrics.listener=127.0.0.1:{health}
 
 def test_broker_only_nodes_serve_a_cluster_kept_by_dedicated_controllers(sluice_controllers, tmp_path):
     """Kafka's split roles: three `process.roles=controller` nodes keep the quorum, two
-    `process.roles=broker` nodes (Kafka's broker.properties settings) serve the clients."""
+    `process.roles=broker` nodes (Kafka's broker.properties settings) serve the clients: one
+    lists the voters (controller.quorum.voters), the other learns them from the controllers
+    (controller.quorum.bootstrap.servers, as Kafka 4's stock broker.properties has it)."""
     q = sluice_controllers(3)
     ports = {4: free_port(), 5: free_port()}
     procs = {}
     try:
         for node, port in ports.items():
             props = tmp_path / ("broker%d.properties" % node)
-            props.write_text(BROKER_ONLY.format(node=node, voters=q.voters, port=port, data=tmp_path / ("broker%d" % node),
+            quorum = ("controller.quorum.voters=" + q.voters if node == 4
+                      else "controller.quorum.bootstrap.servers=" + q.bootstrap_controllers)
+            props.write_text(BROKER_ONLY.format(node=node, quorum=quorum, port=port, data=tmp_path / ("broker%d" % node),
                                                 health=free_port()))
             subprocess.run([str(sluice_bin()), "format", "-t", q.cluster_id, "-c", str(props)], check=True,
                            capture_output=True, timeout=30)

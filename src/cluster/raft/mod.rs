@@ -23,7 +23,7 @@ mod state_machine;
 #[cfg(test)]
 mod tests;
 
-pub use network::{ObserveRequest, ObserveResponse, PeerClient};
+pub use network::{ObserveRequest, ObserveResponse, PeerClient, ANY_VOTER};
 pub use state_machine::image_from_records;
 
 use std::collections::BTreeMap;

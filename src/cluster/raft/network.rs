@@ -10,7 +10,9 @@
 //! it names the metadata offset it has, and the active controller answers once its image is
 //! past it (or after the request's wait) with the whole image as metadata records, the way a
 //! snapshot carries it; any other voter answers at once with the leader it knows, so a broker
-//! never takes a lagging voter's image for the cluster's.
+//! never takes a lagging voter's image for the cluster's. Every answer lists the voters and
+//! their addresses, and an `Observe` may be addressed to [`ANY_VOTER`]: that is how a broker
+//! that knows only `controller.quorum.bootstrap.servers` learns the voters.
 //! One request at a time per connection; a client keeps its connection and reconnects after an
 //! error. The same listener serves Kafka-protocol clients (brokers registering and
 //! heartbeating, `kafka-metadata-quorum`): a connection whose first frame does not start with
@@ -33,6 +35,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -66,11 +69,18 @@ pub struct ObserveRequest {
     pub wait_ms: u64,
 }
 
+/// The `to` of an [`ObserveRequest`] sent to a bootstrap server, whose node id the broker does
+/// not know yet: any voter answers it.
+pub const ANY_VOTER: u64 = u64::MAX;
+
 /// The answer to an [`ObserveRequest`].
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ObserveResponse {
     /// The active controller as the voter asked knows it.
     pub leader: Option<u64>,
+    /// The voters and the addresses of their controller listeners.
+    #[serde(default)]
+    pub voters: BTreeMap<u64, String>,
     /// The image's metadata offset; -1 when this voter is not the active controller.
     pub offset: i64,
     /// The image as encoded metadata records, when `offset` is past the request's `after`.
@@ -183,7 +193,8 @@ async fn serve_connection(
                 format!("a node of cluster {} called this node of cluster {cluster_id}", envelope.cluster),
             ));
         }
-        if envelope.to != node_id {
+        let observer_bootstrap = envelope.to == ANY_VOTER && matches!(envelope.rpc, Rpc::Observe(_));
+        if envelope.to != node_id && !observer_bootstrap {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!("request for node {} reached node {node_id}", envelope.to),
@@ -203,15 +214,20 @@ async fn serve_connection(
 /// Answers a broker's [`ObserveRequest`]: on the active controller, the image once it is past
 /// `after` (or as it is when the wait ends); elsewhere only the leader this voter knows.
 async fn observe(node_id: u64, raft: &Raft<TypeConfig>, image: &mut watch::Receiver<Arc<MetadataImage>>, r: &ObserveRequest) -> ObserveResponse {
-    let leader = raft.metrics().borrow().current_leader;
+    let (leader, voters) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        let voters = m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
+        (m.current_leader, voters)
+    };
     if leader != Some(node_id) {
-        return ObserveResponse { leader, offset: -1, records: None };
+        return ObserveResponse { leader, voters, offset: -1, records: None };
     }
     let wait = Duration::from_millis(r.wait_ms).min(MAX_OBSERVE_WAIT);
     let _ = tokio::time::timeout(wait, image.wait_for(|i| i.offset > r.after)).await;
     let current = image.borrow().clone();
     let encoded = (current.offset > r.after).then(|| current.to_records().iter().map(records::encode).collect());
-    ObserveResponse { leader: raft.metrics().borrow().current_leader, offset: current.offset, records: encoded }
+    ObserveResponse { leader: raft.metrics().borrow().current_leader, voters, offset: current.offset, records: encoded }
 }
 
 /// Serves a Kafka-protocol connection: one request at a time, answered in order.
