@@ -661,4 +661,17 @@ fn broker_only_nodes_follow_the_controllers_quorum_through_a_controller_failover
     assert!(partitions_seen(&c, 4, "observed").values().all(|(leader, _)| *leader == 4));
     c.start(5);
     wait_for_brokers(&c, 2);
+
+    // /healthz: a broker is healthy while it knows the active controller and is unfenced; with
+    // every controller gone it says so (503), and keeps serving its last metadata.
+    wait_for("broker 5's /healthz to be 200", Duration::from_secs(10), || c.health(5).is_some_and(|(s, _)| s == 200));
+    let (_, h) = c.health(4).unwrap();
+    assert!(h["controller"].as_i64().is_some_and(|id| (1..=3).contains(&id)) && h["fenced"] == false, "{h}");
+    for id in 1..=3 {
+        if c.running.contains_key(&id) {
+            c.kill9(id);
+        }
+    }
+    wait_for("broker 4's /healthz to be 503", Duration::from_secs(15), || c.health(4).is_some_and(|(s, h)| s == 503 && h["controller"].is_null()));
+    assert_eq!(partitions_seen(&c, 4, "observed").len(), 4);
 }

@@ -318,6 +318,26 @@ impl Broker {
         }
     }
 
+    /// In a cluster, `/healthz`: whether this broker knows the active controller and is
+    /// registered and unfenced, and its membership as JSON. None on a single node.
+    pub fn cluster_health(&self) -> Option<(bool, String)> {
+        let view = self.cluster()?;
+        let image = view.image();
+        let controller = view.controller_id();
+        let epoch = view.broker_epoch();
+        let registered = image.brokers.get(&self.node_id).filter(|b| b.epoch == epoch);
+        let fenced = registered.is_none_or(|b| b.fenced);
+        let body = serde_json::json!({
+            "node_id": self.node_id,
+            "controller": (controller >= 0).then_some(controller),
+            "broker_epoch": epoch,
+            "fenced": fenced,
+            "metadata_offset": image.offset,
+            "live_brokers": image.brokers.values().filter(|b| !b.fenced).count(),
+        });
+        Some((controller >= 0 && epoch >= 0 && !fenced, body.to_string()))
+    }
+
     /// A live broker's endpoint on `listener` by id.
     pub fn broker_info(&self, id: i32, listener: &str) -> Option<BrokerInfo> {
         self.live_brokers(listener).into_iter().find(|b| b.id == id)

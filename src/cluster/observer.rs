@@ -159,6 +159,10 @@ impl Observer {
                 }
                 Err(e) => {
                     tracing::debug!(?target, error = %e, "observing the metadata quorum failed");
+                    if target == Target::Voter(self.leader.load(Ordering::Acquire)) {
+                        // The active controller stopped answering: none is known until one does.
+                        self.leader.store(-1, Ordering::Release);
+                    }
                     self.next(target)
                 }
             };

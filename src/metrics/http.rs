@@ -7,7 +7,9 @@
 //!
 //! Routes: `/metrics` (Prometheus text format 0.0.4), `/healthz` (`ok`), anything else 404. A
 //! dedicated controller (`process.roles=controller`) answers `/healthz` with its quorum status
-//! as JSON: 200 while it knows a leader, 503 while it does not.
+//! as JSON: 200 while it knows a leader, 503 while it does not. A broker in a cluster answers
+//! with its membership as JSON (`Broker::cluster_health`): 200 while it knows the active
+//! controller and is registered and unfenced, 503 otherwise.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -144,7 +146,13 @@ async fn serve_one(mut stream: TcpStream, peer: SocketAddr, source: Source) -> s
                     .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
                 ("200 OK", "text/plain; version=0.0.4; charset=utf-8", text, head_only)
             }
-            ("/healthz", Source::Broker { .. }) => ("200 OK", "text/plain", "ok\n".to_string(), head_only),
+            ("/healthz", Source::Broker { broker, .. }) => match broker.cluster_health() {
+                Some((healthy, body)) => {
+                    let status = if healthy { "200 OK" } else { "503 Service Unavailable" };
+                    (status, "application/json", body + "\n", head_only)
+                }
+                None => ("200 OK", "text/plain", "ok\n".to_string(), head_only),
+            },
             _ => ("404 Not Found", "text/plain", "not found; try /metrics\n".to_string(), head_only),
         },
     };
