@@ -7,8 +7,9 @@
 //! handed out is handed out again.
 //!
 //! # Invariants
-//! - It happens once: [`MARKER`] is written after the import, and a dir that sluice has already
-//!   kept configs for (its files exist) is never overwritten by Kafka's older ones.
+//! - It happens once: [`MARKER`] is written after the import, and a dir that sluice already
+//!   keeps topic or broker configs for (an earlier release served it) is never overwritten by
+//!   Kafka's older ones.
 //! - Kafka's files are only read.
 //!
 //! # Failure behaviour

@@ -107,7 +107,8 @@ impl Observer {
     pub async fn run(self: Arc<Self>) -> ClusterError {
         let mut clients: BTreeMap<i32, PeerClient> = BTreeMap::new();
         let mut bootstrap: Vec<PeerClient> = self.bootstrap.iter().map(|a| PeerClient::observer(&self.cluster_id, ANY_VOTER, a)).collect();
-        let mut target = self.next(Target::Bootstrap(usize::MAX - 1));
+        let first_voter = self.voters.read().keys().next().copied();
+        let mut target = first_voter.map_or(Target::Bootstrap(0), Target::Voter);
         let mut last_answer = Instant::now();
         let mut last_warning = Instant::now();
         loop {
