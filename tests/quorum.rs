@@ -33,6 +33,9 @@ struct Controllers {
     extra: Vec<String>,
     /// Each node's PLAINTEXT port when the nodes are brokers too (`process.roles=broker,controller`).
     broker_ports: BTreeMap<i32, u16>,
+    /// A second client listener (EXTERNAL, advertised as `localhost`) of combined nodes, whose
+    /// PLAINTEXT listener is then advertised under a name that does not resolve.
+    external_ports: BTreeMap<i32, u16>,
 }
 
 impl Controllers {
@@ -45,6 +48,7 @@ impl Controllers {
             running: BTreeMap::new(),
             extra: Vec::new(),
             broker_ports: BTreeMap::new(),
+            external_ports: BTreeMap::new(),
         }
     }
 
@@ -86,6 +90,16 @@ impl Controllers {
             (Some(port), None) => ("broker", format!("PLAINTEXT://127.0.0.1:{port}")),
             (None, None) => panic!("node {id} has no role"),
         };
+        let (listeners, external) = match (self.external_ports.get(&id), self.broker_ports.get(&id)) {
+            (Some(ext), Some(port)) => (
+                format!("{listeners},EXTERNAL://127.0.0.1:{ext}"),
+                vec![
+                    format!("advertised.listeners=PLAINTEXT://node{id}.invalid:{port},EXTERNAL://localhost:{ext}"),
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT".to_string(),
+                ],
+            ),
+            _ => (listeners, vec![]),
+        };
         [
             format!("process.roles={roles}"),
             format!("node.id={id}"),
@@ -96,6 +110,7 @@ impl Controllers {
             format!("metrics.listener=127.0.0.1:{}", self.health_ports[&id]),
         ]
         .into_iter()
+        .chain(external)
         .chain(self.extra.iter().cloned())
         .flat_map(|kv| ["--override".to_string(), kv])
         .collect()
@@ -674,4 +689,38 @@ fn broker_only_nodes_follow_the_controllers_quorum_through_a_controller_failover
     }
     wait_for("broker 4's /healthz to be 503", Duration::from_secs(15), || c.health(4).is_some_and(|(s, h)| s == 503 && h["controller"].is_null()));
     assert_eq!(partitions_seen(&c, 4, "observed").len(), 4);
+}
+
+#[test]
+fn every_broker_is_named_by_its_endpoint_on_the_listener_a_request_came_in_on() {
+    let mut c = Controllers::combined(3);
+    c.external_ports = (1..=3).map(|i| (i, free_port())).collect();
+    for id in 1..=3 {
+        c.start(id);
+    }
+    wait_for_brokers(&c, 3);
+    let external = |id: i32| Client::connect_to(&format!("127.0.0.1:{}", c.external_ports[&id]));
+    let endpoints = |md: MetadataResponse| -> BTreeMap<i32, (String, i32)> {
+        md.brokers.iter().map(|b| (b.node_id.0, (b.host.to_string(), b.port))).collect()
+    };
+    let all = MetadataRequest::default().with_topics(Some(vec![]));
+    let inside = endpoints(c.broker(2).call(&all, 12));
+    let outside = endpoints(external(2).call(&all, 12));
+    for id in 1..=3 {
+        assert_eq!(inside[&id], (format!("node{id}.invalid"), c.broker_ports[&id] as i32));
+        assert_eq!(outside[&id], ("localhost".to_string(), c.external_ports[&id] as i32));
+    }
+    // The group coordinator, asked through the external listener, is named by its external
+    // endpoint.
+    let find = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![StrBytes::from_static_str("ext-grp")]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let found = external(1).call(&find, 4).coordinators[0].clone();
+        if found.error_code == 0 {
+            assert_eq!((found.host.to_string(), found.port), ("localhost".to_string(), c.external_ports[&found.node_id.0] as i32));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no coordinator for ext-grp: {found:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
