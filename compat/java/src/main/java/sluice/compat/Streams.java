@@ -186,8 +186,15 @@ final class Streams {
             int rc = new org.apache.kafka.tools.StreamsResetter().execute(new String[] {
                 "--bootstrap-server", bootstrap, "--application-id", app, "--input-topics", in, "--to-earliest", "--force"});
             check(rc == 0, "the application reset tool exited " + rc);
-            Set<String> left = admin.listTopics().names().get(20, TimeUnit.SECONDS);
-            check(!left.contains(app + "-counts-changelog") && !left.contains(app + "-counts-repartition"), "internal topics left after the reset: " + left);
+            // a deletion is done once the controller has it; a broker's metadata (Kafka's included)
+            // may list the topic a moment longer, so wait for it to go
+            long gone = System.currentTimeMillis() + 15000;
+            while (true) {
+                Set<String> left = admin.listTopics().names().get(20, TimeUnit.SECONDS);
+                if (!left.contains(app + "-counts-changelog") && !left.contains(app + "-counts-repartition")) break;
+                check(System.currentTimeMillis() < gone, "internal topics left after the reset: " + left);
+                Thread.sleep(200);
+            }
             long deadline = System.currentTimeMillis() + 15000;
             while (true) {
                 Map<TopicPartition, OffsetAndMetadata> after = admin.listConsumerGroupOffsets(app).partitionsToOffsetAndMetadata().get(20, TimeUnit.SECONDS);
