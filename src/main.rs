@@ -243,7 +243,13 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         let interval = std::time::Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
         Arc::new(sluice::cluster::lifecycle::BrokerLifecycle::new(view.clone(), broker.cluster_id.clone(), listeners, rack, interval))
     });
-    let cluster_tasks = lifecycle.as_ref().map(|l| (tokio::spawn(l.clone().run()), tokio::spawn(broker::cluster::run(broker.clone()))));
+    let cluster_tasks = lifecycle.as_ref().map(|l| {
+        [
+            tokio::spawn(l.clone().run()),
+            tokio::spawn(broker::cluster::run(broker.clone())),
+            tokio::spawn(broker::cluster::run_isr_changes(broker.clone())),
+        ]
+    });
     // Controlled shutdown while still serving: the controller moves this broker's leaderships
     // away, and clients are told NOT_LEADER_OR_FOLLOWER and find the new leaders.
     let stop = {
@@ -257,9 +263,8 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         }
     };
     server.run(stop).await;
-    if let Some((l, s)) = cluster_tasks {
-        l.abort();
-        s.abort();
+    for task in cluster_tasks.iter().flatten() {
+        task.abort();
     }
     retention.abort();
     groups.abort();

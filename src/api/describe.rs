@@ -184,9 +184,21 @@ pub async fn list_partition_reassignments(
 /// ever needed: each partition asked for gets ELECTION_NOT_NEEDED, or UNKNOWN_TOPIC_OR_PARTITION
 /// with Kafka's message. Asked for every partition (a null list), Kafka lists each topic with the
 /// partitions it elected, which here is none.
+///
+/// In a cluster the request goes to the active controller, which moves leadership back to the
+/// preferred replica where it is in the ISR and may lead (see `cluster::controller`).
 pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> ElectLeadersResponse {
     use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
     let broker = &ctx.broker;
+    if let Some(view) = broker.cluster() {
+        return match view.call_controller(&req, ctx.api_version).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::info!(error = %e, "forwarding ElectLeaders to the active controller failed");
+                ElectLeadersResponse::default().with_error_code(ResponseError::RequestTimedOut.code())
+            }
+        };
+    }
     // 0 = preferred, 1 = unclean
     if ctx.api_version >= 1 && !(0..=1).contains(&req.election_type) {
         return ElectLeadersResponse::default().with_error_code(ResponseError::InvalidRequest.code());
@@ -212,13 +224,10 @@ pub async fn elect_leaders(ctx: &RequestContext, req: ElectLeadersRequest) -> El
                             Some(Some(part)) if part.replicas.first() == Some(&part.leader) => r
                                 .with_error_code(ResponseError::ElectionNotNeeded.code())
                                 .with_error_message(Some(str_bytes("Leader election not needed for topic partition."))),
-                            // In a cluster, elections that move leadership wait for replication:
-                            // a follower's log is not yet a copy of its leader's.
+                            // Not on a single node, where the only replica leads.
                             Some(Some(_)) => r
                                 .with_error_code(ResponseError::PreferredLeaderNotAvailable.code())
-                                .with_error_message(Some(str_bytes(
-                                    "sluice does not move leadership on request until followers replicate their leader",
-                                ))),
+                                .with_error_message(Some(str_bytes("The preferred replica cannot lead."))),
                         }
                     })
                     .collect();

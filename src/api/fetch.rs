@@ -33,6 +33,8 @@ struct Wanted {
     fetch_offset: i64,
     max_bytes: i32,
     current_leader_epoch: i32,
+    /// Followers (v12+): the epoch of the last batch they have, checked against this log.
+    last_fetched_epoch: i32,
     partition: Result<Arc<Partition>, ResponseError>,
     /// KIP-951: the leader and its epoch, for a partition another broker leads.
     leader_hint: Option<(i32, i32)>,
@@ -45,15 +47,20 @@ struct Outcome {
     records: Option<SliceRead>,
     high_watermark: i64,
     log_start_offset: i64,
+    /// For a follower whose log diverged: `(epoch, end offset)` to truncate to.
+    diverging_epoch: Option<(i32, i64)>,
 }
 
 impl Outcome {
     fn error(e: ResponseError) -> Outcome {
-        Outcome { error: e, records: None, high_watermark: -1, log_start_offset: -1 }
+        Outcome { error: e, records: None, high_watermark: -1, log_start_offset: -1, diverging_epoch: None }
     }
 }
 
-fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
+/// Reads one partition: for a consumer up to the high watermark, for a follower (`replica`) up
+/// to the log end, after checking that the follower's last epoch ends where it thinks (else it
+/// gets the diverging epoch and no records, KIP-595's check that Kafka's followers rely on).
+fn read_one(w: &Wanted, budget: usize, first: bool, replica: bool) -> Outcome {
     let p = match &w.partition {
         Ok(p) => p,
         Err(e) => return Outcome::error(*e),
@@ -66,8 +73,26 @@ fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
     }
     let hw = p.high_watermark();
     let max = budget.min(w.max_bytes.max(0) as usize);
-    let result = if w.fetch_offset == hw && w.fetch_offset >= p.log_start_offset() {
+    if replica && w.last_fetched_epoch >= 0 {
+        match p.end_offset_for_epoch(w.last_fetched_epoch) {
+            Some((epoch, end)) if epoch == w.last_fetched_epoch && end >= w.fetch_offset => {}
+            found => {
+                let (epoch, end) = found.unwrap_or((-1, -1));
+                return Outcome {
+                    error: ResponseError::Unknown(0),
+                    records: None,
+                    high_watermark: hw,
+                    log_start_offset: p.log_start_offset(),
+                    diverging_epoch: Some((epoch, end)),
+                };
+            }
+        }
+    }
+    let end = if replica { p.log_end_offset() } else { hw };
+    let result = if w.fetch_offset == end && w.fetch_offset >= p.log_start_offset() {
         Ok(None)
+    } else if replica {
+        p.read_slice_for_replica(w.fetch_offset, max, first)
     } else {
         p.read_slice(w.fetch_offset, max, first)
     };
@@ -77,6 +102,13 @@ fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
             records: records.filter(|r| !r.slice.is_empty()),
             high_watermark: hw,
             log_start_offset: p.log_start_offset(),
+            diverging_epoch: None,
+        },
+        // A follower is told where the leader's log starts and ends, to start over from there.
+        Err(LogError::OffsetOutOfRange { .. }) if replica => Outcome {
+            high_watermark: hw,
+            log_start_offset: p.log_start_offset(),
+            ..Outcome::error(ResponseError::OffsetOutOfRange)
         },
         // Kafka reports -1 offsets alongside OFFSET_OUT_OF_RANGE.
         Err(LogError::OffsetOutOfRange { .. }) => Outcome::error(ResponseError::OffsetOutOfRange),
@@ -88,7 +120,7 @@ fn read_one(w: &Wanted, budget: usize, first: bool) -> Outcome {
 }
 
 /// One pass over every wanted partition; returns outcomes and total bytes.
-fn read_all(wanted: &[Wanted], max_bytes: usize) -> (Vec<Outcome>, usize) {
+fn read_all(wanted: &[Wanted], max_bytes: usize, replica: bool) -> (Vec<Outcome>, usize) {
     let mut total = 0usize;
     let mut outcomes = Vec::with_capacity(wanted.len());
     let mut have_data = false;
@@ -102,11 +134,12 @@ fn read_all(wanted: &[Wanted], max_bytes: usize) -> (Vec<Outcome>, usize) {
                     records: None,
                     high_watermark: p.high_watermark(),
                     log_start_offset: p.log_start_offset(),
+                    diverging_epoch: None,
                 },
                 Err(e) => Outcome::error(*e),
             }
         } else {
-            read_one(w, budget, !have_data)
+            read_one(w, budget, !have_data, replica)
         };
         if let Some(r) = &o.records {
             total += r.slice.len();
@@ -147,6 +180,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                     fetch_offset: p.fetch_offset,
                     max_bytes: p.partition_max_bytes,
                     current_leader_epoch: p.current_leader_epoch,
+                    last_fetched_epoch: p.last_fetched_epoch,
                     last_high_watermark: -1,
                     last_log_start_offset: -1,
                 },
@@ -180,7 +214,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
         SessionPlan::Incremental { session_id, partitions } => (session_id, true, partitions),
     };
 
-    let wanted: Vec<Wanted> = targets
+    let mut wanted: Vec<Wanted> = targets
         .into_iter()
         .map(|(key, sp)| {
             let topic = broker.topic(&key.0);
@@ -200,6 +234,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                 fetch_offset: sp.fetch_offset,
                 max_bytes: sp.max_bytes,
                 current_leader_epoch: sp.current_leader_epoch,
+                last_fetched_epoch: sp.last_fetched_epoch,
                 partition,
                 leader_hint,
                 last_sent: incremental.then_some((sp.last_high_watermark, sp.last_log_start_offset)),
@@ -214,7 +249,23 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     // Kafka sends null aborted transactions for read_uncommitted and a list for read_committed
     // (empty: sluice has no transactions yet).
     let aborted = (req.isolation_level == 1).then(Vec::new);
-    let (mut outcomes, mut total) = read_all(&wanted, max_bytes);
+    // A follower's fetch says how far it has come: the high watermark may move before we read.
+    let replica = if ctx.api_version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
+    let replica_epoch = if ctx.api_version >= 15 { req.replica_state.replica_epoch } else { -1 };
+    let is_replica = replica >= 0;
+    if is_replica {
+        let now = broker.now_ms();
+        for w in wanted.iter_mut() {
+            // Only a replica of the partition reads past the high watermark (Kafka answers
+            // anyone else NOT_LEADER_OR_FOLLOWER).
+            if let Ok(p) = &w.partition {
+                if !p.follower_fetched(replica, replica_epoch, w.fetch_offset, now) {
+                    w.partition = Err(ResponseError::NotLeaderOrFollower);
+                }
+            }
+        }
+    }
+    let (mut outcomes, mut total) = read_all(&wanted, max_bytes, is_replica);
     let any_error = outcomes.iter().any(|o| code(o.error) != 0);
     while total < min_bytes && !any_error && !wanted.is_empty() && tokio::time::Instant::now() < deadline {
         let parts: Vec<&Arc<Partition>> = wanted.iter().filter_map(|w| w.partition.as_ref().ok()).collect();
@@ -223,14 +274,14 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             w.as_mut().enable();
         }
         // Re-read after registering so an append that raced the first pass is not missed.
-        (outcomes, total) = read_all(&wanted, max_bytes);
+        (outcomes, total) = read_all(&wanted, max_bytes, is_replica);
         if total >= min_bytes {
             break;
         }
         if waits.is_empty() || tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await.is_err() {
             break;
         }
-        (outcomes, total) = read_all(&wanted, max_bytes);
+        (outcomes, total) = read_all(&wanted, max_bytes, is_replica);
     }
 
     // Build the response, grouping consecutive partitions of a topic.
@@ -263,6 +314,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             preferred_read_replica: -1,
             records: o.records.map(|r| r.slice),
             current_leader: w.leader_hint.filter(|_| code(o.error) == ResponseError::NotLeaderOrFollower.code()),
+            diverging_epoch: o.diverging_epoch,
         };
         let same_topic = responses.last().map(|r| r.name == w.key.0 && (!uses_ids || r.topic_id == w.topic_id));
         if same_topic == Some(true) {
@@ -288,6 +340,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                 preferred_read_replica: -1,
                 records: None,
                 current_leader: None,
+                diverging_epoch: None,
             }],
         });
     }

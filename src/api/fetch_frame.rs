@@ -47,6 +47,8 @@ pub struct PartitionReply {
     /// KIP-951: `(leader id, leader epoch)` of the partition's leader, sent with
     /// NOT_LEADER_OR_FOLLOWER (tagged field 1, versions 12+).
     pub current_leader: Option<(i32, i32)>,
+    /// For a follower whose log diverged: `(epoch, end offset)` (tagged field 0, versions 12+).
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 /// A broker's endpoint in a Fetch response's `NodeEndpoints` (KIP-951, versions 16+).
@@ -146,14 +148,22 @@ impl Builder {
 
     /// One tagged field `tag` holding `data`, or none when `data` is `None` (flexible versions only).
     fn put_one_tag(&mut self, tag: u32, data: Option<&[u8]>) {
-        match data {
-            Some(data) if self.flexible => {
-                self.put_uvarint(1);
-                self.put_uvarint(tag);
+        self.put_tags(&[(tag, data)]);
+    }
+
+    /// The tagged fields that have data, in the order given (ascending tags; flexible only).
+    fn put_tags(&mut self, tags: &[(u32, Option<&[u8]>)]) {
+        if !self.flexible {
+            return;
+        }
+        let present = tags.iter().filter(|(_, d)| d.is_some()).count();
+        self.put_uvarint(present as u32);
+        for (tag, data) in tags {
+            if let Some(data) = data {
+                self.put_uvarint(*tag);
                 self.put_uvarint(data.len() as u32);
                 self.cur.put_slice(data);
             }
-            _ => self.put_no_tags(),
         }
     }
 
@@ -260,7 +270,13 @@ pub fn frame(
                 d[4..8].copy_from_slice(&epoch.to_be_bytes());
                 d
             });
-            b.put_one_tag(1, leader.as_ref().map(|d| &d[..]));
+            let diverging = p.diverging_epoch.map(|(epoch, end)| {
+                let mut d = [0u8; 13]; // EpochEndOffset: epoch, end offset, no tagged fields
+                d[0..4].copy_from_slice(&epoch.to_be_bytes());
+                d[4..12].copy_from_slice(&end.to_be_bytes());
+                d
+            });
+            b.put_tags(&[(0, diverging.as_ref().map(|d| &d[..])), (1, leader.as_ref().map(|d| &d[..]))]);
         }
         b.put_no_tags();
     }
@@ -292,7 +308,7 @@ mod tests {
     use std::sync::Arc;
 
     use kafka_protocol::messages::fetch_response::{
-        AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+        AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
     };
     use kafka_protocol::messages::{BrokerId, FetchResponse, ProducerId};
     use proptest::prelude::*;
@@ -345,6 +361,12 @@ mod tests {
                                     .with_leader_id(BrokerId(id))
                                     .with_leader_epoch(epoch),
                                 _ => LeaderIdAndEpoch::default(),
+                            })
+                            .with_diverging_epoch(match p.diverging_epoch {
+                                Some((epoch, end)) if version >= 12 => {
+                                    EpochEndOffset::default().with_epoch(epoch).with_end_offset(end)
+                                }
+                                _ => EpochEndOffset::default(),
                             })
                     })
                     .collect();
@@ -472,6 +494,8 @@ mod tests {
                         preferred_read_replica: -1,
                         records: records.map(|(pos, len)| FileSlice::new(file.clone(), u64::from(pos), usize::from(len))),
                         current_leader,
+                        // Never EpochEndOffset's default (-1, -1), which kafka-protocol leaves out.
+                        diverging_epoch: (index % 3 == 0).then_some((index & 0x7fff_ffff, hw)),
                     }).collect(),
                 }).collect(),
                 node_endpoints: endpoints
@@ -504,6 +528,7 @@ mod tests {
             preferred_read_replica: -1,
             records: Some(FileSlice::new(file.clone(), pos, len)),
             current_leader: None,
+            diverging_epoch: None,
         };
         let reply = FetchReply {
             responses: vec![TopicReply {
@@ -554,6 +579,7 @@ mod tests {
                     preferred_read_replica: -1,
                     records: Some(FileSlice::new(file.clone(), 400, 200)),
                     current_leader: None,
+                    diverging_epoch: None,
                 }],
             }],
             ..FetchReply::default()

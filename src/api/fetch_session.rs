@@ -31,6 +31,8 @@ pub struct SessionPartition {
     pub fetch_offset: i64,
     pub max_bytes: i32,
     pub current_leader_epoch: i32,
+    /// A follower's LastFetchedEpoch (v12+; -1 for consumers).
+    pub last_fetched_epoch: i32,
     /// High watermark and log start last sent, to decide whether a partition has news.
     pub last_high_watermark: i64,
     pub last_log_start_offset: i64,
@@ -148,6 +150,7 @@ impl FetchSessionCache {
                     existing.fetch_offset = p.fetch_offset;
                     existing.max_bytes = p.max_bytes;
                     existing.current_leader_epoch = p.current_leader_epoch;
+                    existing.last_fetched_epoch = p.last_fetched_epoch;
                 }
                 None => {
                     session.partitions.insert(key.clone(), *p);
@@ -185,6 +188,7 @@ mod tests {
 
     fn part(offset: i64) -> SessionPartition {
         SessionPartition {
+            last_fetched_epoch: -1,
             fetch_offset: offset,
             max_bytes: 1024,
             current_leader_epoch: -1,

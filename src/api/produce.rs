@@ -2,9 +2,13 @@
 //! assign offsets and append. Errors are per partition; one bad partition does not fail others.
 //!
 //! acks=0 gets no response (the dispatcher closes the connection if any partition failed, as
-//! Kafka does); acks=1 and acks=-1 answer after the append. On one node the ISR is this broker,
-//! so acks=all is satisfied as soon as the leader has appended; with `flush.acks.all`, only
-//! once the appended batches are fsynced too ([`Partition::sync_to`], the partitions of one
+//! Kafka does); acks=1 answers after the leader's append. acks=-1 is refused with
+//! NOT_ENOUGH_REPLICAS while the ISR is smaller than `min.insync.replicas`, and answered once the
+//! high watermark has passed the batch (every in-sync replica has it: on one node at once; in a
+//! cluster when the followers have fetched it), or with REQUEST_TIMED_OUT after the request's
+//! timeout, NOT_LEADER_OR_FOLLOWER if leadership moved and NOT_ENOUGH_REPLICAS_AFTER_APPEND if
+//! the ISR shrank below the minimum meanwhile. With `flush.acks.all`, acks=all waits
+//! until the appended batches are fsynced too ([`Partition::sync_to`], the partitions of one
 //! request in parallel). An append that reaches `flush.messages` or `flush.ms` waits for the
 //! same fsync whatever its acks, as Kafka flushes inside such an append before answering; the
 //! fsync runs on the blocking pool, not on the connection's worker. A failed fsync answers
@@ -36,7 +40,7 @@ use super::{str_bytes, Dispatch, RequestContext};
 use crate::broker::error_chain;
 use crate::log::LogError;
 use crate::protocol::record_batch::ProduceValidationError;
-use crate::replication::{AppendError, Partition};
+use crate::replication::{AppendError, Partition, ReplicationWait};
 
 /// Requests of this many bytes or more are appended on the blocking pool (see the module docs):
 /// the size from which an append goes to the device with `O_DIRECT` (`log.io.direct`).
@@ -101,19 +105,23 @@ pub struct Written {
     response: ProduceResponse,
     /// (topic index, partition index in the response, partition, offset to sync below)
     to_sync: Vec<(usize, usize, Arc<Partition>, i64)>,
+    /// acks=all appends the followers have yet to fetch: (topic index, partition index in the
+    /// response, partition, offset the high watermark must reach)
+    to_replicate: Vec<(usize, usize, Arc<Partition>, i64)>,
+    timeout: std::time::Duration,
 }
 
 impl Written {
     /// Whether the response is final as it is.
     pub fn is_complete(&self) -> bool {
-        self.to_sync.is_empty()
+        self.to_sync.is_empty() && self.to_replicate.is_empty()
     }
 
     /// The response, once every partition that waits for an fsync (`flush.acks.all`,
     /// `flush.messages`, `flush.ms`) has it; a partition whose fsync failed answers
     /// KAFKA_STORAGE_ERROR.
     pub async fn finish(self) -> ProduceResponse {
-        let Written { mut response, to_sync } = self;
+        let Written { mut response, to_sync, to_replicate, timeout } = self;
         let synced = futures::future::join_all(to_sync.iter().map(|(_, _, p, end)| p.sync_to(*end))).await;
         for ((t, i, p, _), r) in to_sync.iter().zip(synced) {
             if let Err(e) = r {
@@ -130,6 +138,26 @@ impl Written {
                     .with_error_message(Some(str_bytes(&message)));
             }
         }
+        let replicated = futures::future::join_all(to_replicate.iter().map(|(_, _, p, end)| p.wait_replicated(*end, timeout))).await;
+        for ((t, i, p, _), r) in to_replicate.iter().zip(replicated) {
+            let resp = &mut response.responses[*t].partition_responses[*i];
+            let code = match r {
+                Ok(()) => continue,
+                // An fsync failure above already answered for this partition.
+                Err(_) if resp.error_code != 0 => continue,
+                Err(ReplicationWait::TimedOut) => ResponseError::RequestTimedOut,
+                Err(ReplicationWait::NotLeader) => ResponseError::NotLeaderOrFollower,
+                Err(ReplicationWait::NotEnoughReplicasAfterAppend) => ResponseError::NotEnoughReplicasAfterAppend,
+            };
+            tracing::debug!(topic = %p.topic, partition = p.index, ?code, "acks=all produce not acknowledged");
+            crate::metrics::response_error(kafka_protocol::messages::ApiKey::Produce, code.code());
+            *resp = PartitionProduceResponse::default()
+                .with_index(resp.index)
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1)
+                .with_error_code(code.code());
+        }
         response
     }
 }
@@ -142,6 +170,8 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
     let now = broker.now_ms();
     let sync = req.acks == -1;
     let mut to_sync = Vec::new();
+    let mut to_replicate = Vec::new();
+    let timeout = std::time::Duration::from_millis(req.timeout_ms.clamp(0, 300_000) as u64);
     let mut responses = Vec::with_capacity(req.topic_data.len());
     // Leaders named in NOT_LEADER_OR_FOLLOWER answers, whose endpoints go with the response.
     let mut leaders: Vec<i32> = Vec::new();
@@ -174,6 +204,11 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                 Err((ResponseError::InvalidRequiredAcks, String::new()))
             } else if transactional {
                 Err((ResponseError::InvalidTxnState, "transactions are not supported yet".to_string()))
+            } else if let Some(p) = partition.as_ref().filter(|p| sync && !p.has_min_isr()) {
+                Err((
+                    ResponseError::NotEnoughReplicas,
+                    format!("the in-sync replicas of {}-{} are fewer than min.insync.replicas", p.topic, p.index),
+                ))
             } else if let Some(p) = &partition {
                 match pd.records {
                     None => Err((ResponseError::InvalidRecord, "no record batches".to_string())),
@@ -208,6 +243,9 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                         .with_base_offset(a.base_offset)
                         .with_log_append_time_ms(a.log_append_time)
                         .with_log_start_offset(a.log_start_offset);
+                    if let Some(p) = partition.as_ref().filter(|p| sync && p.high_watermark() < a.next_offset) {
+                        to_replicate.push((responses.len(), partition_responses.len(), p.clone(), a.next_offset));
+                    }
                     if let Some(p) = partition.filter(|p| a.flush_due || (sync && p.flush_acks_all())) {
                         to_sync.push((responses.len(), partition_responses.len(), p, a.next_offset));
                     }
@@ -240,7 +278,12 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                 .with_rack(b.rack.as_deref().map(str_bytes))
         })
         .collect();
-    Written { response: ProduceResponse::default().with_responses(responses).with_node_endpoints(node_endpoints), to_sync }
+    Written {
+        response: ProduceResponse::default().with_responses(responses).with_node_endpoints(node_endpoints),
+        to_sync,
+        to_replicate,
+        timeout,
+    }
 }
 
 /// The first non-zero error code in a response (acks=0 closes the connection on errors).

@@ -4,6 +4,10 @@
 //! indexed by partition; the image says which of them it leads); a topic the image no longer
 //! has, or has under another id (deleted and created again), loses its local files.
 //!
+//! Each local partition takes its role from the image: leader (with the image's ISR, replicas
+//! and epochs) or follower of the image's leader, fetched by the [`ReplicaFetchers`]. While
+//! leading, [`propose_isr_changes`] asks the controller for ISR changes (AlterPartition).
+//!
 //! Runs on the blocking pool whenever the image changes (creating and deleting files fsyncs).
 //!
 //! # Failure behaviour
@@ -15,11 +19,14 @@ use std::sync::Arc;
 
 use super::Broker;
 use crate::cluster::image::{MetadataImage, BROKER_RESOURCE, TOPIC_RESOURCE};
+use crate::replication::fetcher::{Followed, ReplicaFetchers, Source};
 
 /// Brings the local topics (and the dynamic broker configs: the cluster default and this
 /// broker's) in line with `image`. Local logs are removed only when `caught_up`: an image still
-/// catching up after a restart may lack topics that exist.
-pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) {
+/// catching up after a restart may lack topics that exist. Returns the partitions to follow,
+/// by leader.
+pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) -> BTreeMap<i32, Vec<Followed>> {
+    let mut follow: BTreeMap<i32, Vec<Followed>> = BTreeMap::new();
     let me = broker.node_id;
     let (cluster_default, own) = broker.dynamic_broker_configs();
     for (node, entity, local) in [(false, String::new(), cluster_default), (true, me.to_string(), own)] {
@@ -72,17 +79,30 @@ pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) {
                     tracing::warn!(topic = %topic.name, error = %e, "applying the topic's configs to its local logs failed");
                 }
             }
+            let now = broker.now_ms();
             for (index, p) in &topic.partitions {
+                let Some(lp) = local.partition(*index) else { continue };
+                if !p.replicas.contains(&me) {
+                    continue;
+                }
                 if p.leader == me {
-                    if let Some(lp) = local.partition(*index) {
-                        lp.set_leader_epoch(p.leader_epoch);
+                    lp.set_replica_lag_time_max_ms(broker.config.replica_lag_time_max_ms);
+                    lp.become_leader(me, p.leader_epoch, p.partition_epoch, p.replicas.clone(), p.isr.clone(), now);
+                } else {
+                    lp.become_follower(p.leader, p.leader_epoch);
+                    if p.leader >= 0 {
+                        follow.entry(p.leader).or_default().push(Followed {
+                            topic_id: topic.id,
+                            partition: lp.clone(),
+                            leader_epoch: p.leader_epoch,
+                        });
                     }
                 }
             }
         }
     }
     if !caught_up {
-        return;
+        return follow;
     }
     for local in broker.all_topics() {
         if !image.topic_ids.contains_key(local.name.as_ref()) {
@@ -92,20 +112,121 @@ pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) {
             }
         }
     }
+    follow
+}
+
+/// Asks the controller for the ISR changes the partitions this broker leads want (lagging
+/// followers out, caught-up ones in), in one AlterPartition. A partition whose change is
+/// refused may propose again at the next round; one that is taken shows in the image.
+pub async fn propose_isr_changes(broker: &Broker) {
+    use kafka_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
+    use kafka_protocol::messages::{AlterPartitionRequest, BrokerId};
+    let Some(view) = broker.cluster() else { return };
+    let image = view.image();
+    let eligible = |b: i32| image.brokers.get(&b).is_some_and(|r| !r.fenced && !r.in_controlled_shutdown);
+    let now = broker.now_ms();
+    let mut asked = Vec::new();
+    let mut topics: Vec<TopicData> = Vec::new();
+    for topic in broker.all_topics() {
+        for p in &topic.partitions {
+            let Some(change) = p.propose_isr_change(now, eligible) else { continue };
+            let pd = PartitionData::default()
+                .with_partition_index(p.index)
+                .with_leader_epoch(p.leader_epoch())
+                .with_new_isr_with_epochs(
+                    change.isr.iter().map(|(b, e)| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(*e)).collect(),
+                )
+                .with_partition_epoch(change.partition_epoch);
+            tracing::info!(partition = ?p, isr = ?change.isr.iter().map(|(b, _)| *b).collect::<Vec<_>>(), "asking the controller for an ISR change");
+            asked.push(p.clone());
+            match topics.last_mut().filter(|t| t.topic_id == topic.id) {
+                Some(t) => t.partitions.push(pd),
+                None => topics.push(TopicData::default().with_topic_id(topic.id).with_partitions(vec![pd])),
+            }
+        }
+    }
+    if asked.is_empty() {
+        return;
+    }
+    let req = AlterPartitionRequest::default()
+        .with_broker_id(BrokerId(broker.node_id))
+        .with_broker_epoch(view.broker_epoch())
+        .with_topics(topics);
+    match view.call_controller(&req, 3).await {
+        Ok(resp) if resp.error_code == 0 => {
+            for t in &resp.topics {
+                for pd in &t.partitions {
+                    if pd.error_code != 0 {
+                        tracing::info!(topic_id = %t.topic_id, partition = pd.partition_index, error_code = pd.error_code, "the controller refused an ISR change");
+                        if let Some(p) = asked.iter().find(|p| p.topic_id == t.topic_id && p.index == pd.partition_index) {
+                            p.isr_change_failed();
+                        }
+                    }
+                }
+            }
+        }
+        Ok(resp) => {
+            tracing::info!(error_code = resp.error_code, "the controller refused the ISR changes");
+            asked.iter().for_each(|p| p.isr_change_failed());
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "asking the controller for ISR changes failed");
+            asked.iter().for_each(|p| p.isr_change_failed());
+        }
+    }
+}
+
+/// How often a leader looks for ISR changes to ask for.
+const ISR_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Proposes ISR changes every [`ISR_CHECK_INTERVAL`] until the task is dropped.
+pub async fn run_isr_changes(broker: Arc<Broker>) {
+    let mut tick = tokio::time::interval(ISR_CHECK_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        propose_isr_changes(&broker).await;
+    }
+}
+
+/// Stops the fetcher tasks when the image follower ends.
+struct StopOnDrop(Arc<ReplicaFetchers>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// Follows the image until the task is dropped.
 pub async fn run(broker: Arc<Broker>) {
     let Some(view) = broker.cluster().cloned() else { return };
+    let epoch_view = view.clone();
+    let fetchers = ReplicaFetchers::new(broker.node_id, Arc::new(move || epoch_view.broker_epoch()));
+    let _stop = StopOnDrop(fetchers.clone());
     let mut images = view.subscribe();
     let mut synced_caught_up = false;
     loop {
         let image = images.borrow_and_update().clone();
         let b = broker.clone();
         let caught_up = view.is_caught_up();
-        // A panic here is a bug; the join error is logged and the loop goes on.
-        if let Err(e) = tokio::task::spawn_blocking(move || sync_topics(&b, &image, caught_up)).await {
-            tracing::error!(error = %e, "syncing local topics with the metadata image failed");
+        let synced = {
+            let image = image.clone();
+            tokio::task::spawn_blocking(move || sync_topics(&b, &image, caught_up)).await
+        };
+        match synced {
+            Ok(follow) => {
+                let sources = follow
+                    .into_iter()
+                    .filter_map(|(leader, partitions)| {
+                        let info = broker.broker_info(leader, &view.client_listener)?;
+                        Some((leader, Source { addr: format!("{}:{}", info.host, info.port), partitions }))
+                    })
+                    .collect();
+                fetchers.set(sources);
+            }
+            // A panic here is a bug; the join error is logged and the loop goes on.
+            Err(e) => tracing::error!(error = %e, "syncing local topics with the metadata image failed"),
         }
         synced_caught_up |= caught_up;
         // Until the first pass as caught up, look again every so often: catching up is not an

@@ -19,9 +19,13 @@
 //! - **Topics**: CreateTopics is checked (name, existence, counts, replication factor against
 //!   the unfenced brokers, explicit assignments) before any record is made; replicas are placed
 //!   by [`super::placement`].
+//! - **ISR changes** (AlterPartition): only from the partition's leader, in its broker epoch,
+//!   leader epoch and partition epoch (compare-and-set); new members eligible and in the broker
+//!   epoch the leader saw them fetch in (KIP-903).
 //! - **Preferred leaders**: a partition whose first replica is in the ISR, unfenced and not
-//!   shutting down, but not leading, is given back to it (`auto.leader.rebalance.enable`,
-//!   ElectLeaders).
+//!   shutting down, but not leading, is given back to it: on ElectLeaders, and periodically
+//!   where a broker's share of such partitions is over `leader.imbalance.per.broker.percentage`
+//!   (`auto.leader.rebalance.enable`). Unclean elections are not made.
 //!
 //! Eligible leader replicas (KIP-966) are not kept yet: a fenced broker that was the last ISR
 //! member stays in the ISR, leaderless, as in Kafka before KIP-966.
@@ -73,6 +77,13 @@ pub mod codes {
     pub const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
     pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
+    pub const FENCED_LEADER_EPOCH: i16 = 74;
+    pub const INVALID_UPDATE_VERSION: i16 = 95;
+    pub const INELIGIBLE_REPLICA: i16 = 107;
+    pub const ELECTION_NOT_NEEDED: i16 = 84;
+    pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
 }
 
 /// Producer ids per AllocateProducerIds answer (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
@@ -412,13 +423,138 @@ impl Controller {
         Ok((vec![versioned(MetadataRecord::ProducerIds { broker_id, broker_epoch, next_producer_id: next })], start))
     }
 
+    /// AlterPartition from a partition leader: a new ISR, as Kafka's
+    /// `ReplicationControlManager` checks it. The request must come from the partition's current
+    /// leader, with its broker epoch, in the current leader epoch and against the current partition
+    /// epoch (compare-and-set: a change made against an older state is refused with
+    /// INVALID_UPDATE_VERSION); the new ISR holds the leader and only replicas that may join
+    /// (registered, unfenced, not shutting down, and, where the leader says which broker epoch
+    /// it saw, still in that epoch: KIP-903, a broker restarted with an empty disk is not the
+    /// one that fetched). Returns the records (none when the ISR is already that) or the error
+    /// code for this partition.
+    pub fn alter_partition(&self, image: &MetadataImage, req: &AlterIsr) -> Result<Vec<VersionedRecord>, i16> {
+        match image.brokers.get(&req.broker_id) {
+            Some(b) if b.epoch == req.broker_epoch => {}
+            _ => return Err(codes::STALE_BROKER_EPOCH),
+        }
+        let topic = image.topics.values().find(|t| t.id == req.topic_id).ok_or(codes::UNKNOWN_TOPIC_ID)?;
+        let p = topic.partitions.get(&req.partition).ok_or(codes::UNKNOWN_TOPIC_OR_PARTITION)?;
+        if req.leader_epoch != p.leader_epoch {
+            return Err(codes::FENCED_LEADER_EPOCH);
+        }
+        if p.leader != req.broker_id {
+            return Err(codes::INVALID_REQUEST);
+        }
+        if req.partition_epoch != p.partition_epoch {
+            return Err(codes::INVALID_UPDATE_VERSION);
+        }
+        let mut isr: Vec<i32> = Vec::with_capacity(req.new_isr.len());
+        for &(member, epoch) in &req.new_isr {
+            if !p.replicas.contains(&member) || isr.contains(&member) {
+                return Err(codes::INVALID_REQUEST);
+            }
+            if member != req.broker_id {
+                let known = image.brokers.get(&member);
+                let stale = epoch >= 0 && known.is_some_and(|b| b.epoch != epoch);
+                if !eligible(image, member) || stale {
+                    return Err(codes::INELIGIBLE_REPLICA);
+                }
+            }
+            isr.push(member);
+        }
+        if !isr.contains(&req.broker_id) {
+            return Err(codes::INVALID_REQUEST);
+        }
+        if isr == p.isr {
+            return Ok(Vec::new());
+        }
+        let mut c = PartitionChange::new(req.topic_id, req.partition);
+        c.isr = Some(isr);
+        Ok(vec![versioned(MetadataRecord::PartitionChange(c))])
+    }
+
+    /// ElectLeaders: for each partition asked for (`None`: every partition), the outcome and,
+    /// for preferred elections (`election_type` 0) that move leadership, the records. An
+    /// unclean election (1) is needed only by a leaderless partition, and sluice does not make
+    /// one: it would elect a replica outside the ISR, which may lack acknowledged records.
+    /// Asked for every partition, only those elected are listed, as Kafka does.
+    pub fn elect_leaders(&self, image: &MetadataImage, election_type: i8, partitions: Option<&[(String, i32)]>) -> (Vec<VersionedRecord>, Vec<Election>) {
+        let all: Vec<(String, i32)>;
+        let asked = match partitions {
+            Some(p) => p,
+            None => {
+                all = image.topics.values().flat_map(|t| t.partitions.keys().map(move |i| (t.name.clone(), *i))).collect();
+                &all
+            }
+        };
+        let mut records = Vec::new();
+        let mut out = Vec::new();
+        for (name, index) in asked {
+            let result = |code: i16, message: String| Election { topic: name.clone(), partition: *index, code, message };
+            let Some(topic) = image.topic(name) else {
+                out.push(result(codes::UNKNOWN_TOPIC_OR_PARTITION, format!("No such topic as {name}")));
+                continue;
+            };
+            let Some(p) = topic.partitions.get(index) else {
+                out.push(result(codes::UNKNOWN_TOPIC_OR_PARTITION, format!("No such partition as {name}-{index}")));
+                continue;
+            };
+            let preferred = p.replicas.first().copied().unwrap_or(-1);
+            if election_type == 1 {
+                if p.leader >= 0 {
+                    out.push(result(codes::ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.".into()));
+                } else {
+                    out.push(result(
+                        codes::ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                        format!("sluice does not elect a leader outside the ISR of {name}-{index}"),
+                    ));
+                }
+            } else if p.leader == preferred {
+                out.push(result(codes::ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.".into()));
+            } else if p.isr.contains(&preferred) && eligible(image, preferred) {
+                let mut c = PartitionChange::new(topic.id, *index);
+                c.leader = preferred;
+                records.push(versioned(MetadataRecord::PartitionChange(c)));
+                out.push(result(0, String::new()));
+            } else {
+                out.push(result(
+                    codes::PREFERRED_LEADER_NOT_AVAILABLE,
+                    format!("Failed to elect leader for partition {name}-{index} under strategy PreferredReplicaPartitionLeaderElectionStrategy"),
+                ));
+            }
+        }
+        if partitions.is_none() {
+            out.retain(|e| e.code == 0);
+        }
+        (records, out)
+    }
+
     /// Records that give each partition back to its preferred (first) replica where it can lead.
     pub fn elect_preferred_leaders(&self, image: &MetadataImage) -> Vec<VersionedRecord> {
+        self.rebalance_leaders(image, 0)
+    }
+
+    /// `auto.leader.rebalance.enable`'s periodic check, as Kafka's controller makes it: for each
+    /// broker, the share of the partitions it is the preferred leader of but does not lead; where
+    /// that is over `imbalance_percent`, those partitions go back to it (where it can lead).
+    pub fn rebalance_leaders(&self, image: &MetadataImage, imbalance_percent: i64) -> Vec<VersionedRecord> {
+        let mut preferred_of: BTreeMap<i32, (usize, usize)> = BTreeMap::new();
+        for topic in image.topics.values() {
+            for p in topic.partitions.values() {
+                let Some(&preferred) = p.replicas.first() else { continue };
+                let e = preferred_of.entry(preferred).or_default();
+                e.0 += 1;
+                if p.leader != preferred {
+                    e.1 += 1;
+                }
+            }
+        }
+        let imbalanced = |b: i32| preferred_of.get(&b).is_some_and(|&(all, not_led)| not_led * 100 > all * imbalance_percent as usize);
         let mut out = Vec::new();
         for topic in image.topics.values() {
             for (i, p) in &topic.partitions {
                 let Some(&preferred) = p.replicas.first() else { continue };
-                if p.leader != preferred && p.isr.contains(&preferred) && eligible(image, preferred) {
+                if p.leader != preferred && imbalanced(preferred) && p.isr.contains(&preferred) && eligible(image, preferred) {
                     let mut c = PartitionChange::new(topic.id, *i);
                     c.leader = preferred;
                     out.push(versioned(MetadataRecord::PartitionChange(c)));
@@ -427,6 +563,29 @@ impl Controller {
         }
         out
     }
+}
+
+/// One partition's outcome of ElectLeaders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Election {
+    pub topic: String,
+    pub partition: i32,
+    /// 0 when elected.
+    pub code: i16,
+    pub message: String,
+}
+
+/// One partition of an AlterPartition request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterIsr {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// `(broker, broker epoch the leader saw or -1)`.
+    pub new_isr: Vec<(i32, i64)>,
 }
 
 /// The brokers new replicas are placed on: registered, unfenced, not shutting down.
@@ -508,6 +667,7 @@ fn move_leaderships_away(image: &MetadataImage, broker: i32, can_lead: impl Fn(i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::image::PartitionState;
 
     const TIMEOUT: i64 = 9000;
 
@@ -763,6 +923,67 @@ mod tests {
     }
 
     #[test]
+    fn elect_leaders_moves_only_partitions_whose_preferred_replica_is_in_sync() {
+        let (c, mut image, _) = three_brokers();
+        with_topic(&c, &mut image, "orders", 3, 3);
+        let t = image.topic("orders").unwrap().id;
+        // Partition 0 failed over with its preferred replica still in the ISR; partition 1 also
+        // lost its preferred replica from the ISR.
+        let p0 = image.topic("orders").unwrap().partitions[&0].clone();
+        let p1 = image.topic("orders").unwrap().partitions[&1].clone();
+        let mut change = PartitionChange::new(t, 0);
+        change.leader = p0.replicas[1];
+        let mut out = PartitionChange::new(t, 1);
+        out.leader = p1.replicas[1];
+        out.isr = Some(p1.replicas[1..].to_vec());
+        apply_all(&mut image, &[versioned(MetadataRecord::PartitionChange(change)), versioned(MetadataRecord::PartitionChange(out))]);
+        let asked: Vec<(String, i32)> = (0..4).map(|i| ("orders".to_string(), i)).chain([("nope".to_string(), 0)]).collect();
+        let (records, results) = c.elect_leaders(&image, 0, Some(&asked));
+        let codes: Vec<i16> = results.iter().map(|e| e.code).collect();
+        assert_eq!(
+            codes,
+            vec![0, codes::PREFERRED_LEADER_NOT_AVAILABLE, codes::ELECTION_NOT_NEEDED, codes::UNKNOWN_TOPIC_OR_PARTITION, codes::UNKNOWN_TOPIC_OR_PARTITION]
+        );
+        apply_all(&mut image, &records);
+        assert_eq!(image.topic("orders").unwrap().partitions[&0].leader, p0.replicas[0]);
+        // Asked for everything: nothing left to elect is listed as nothing.
+        let (records, results) = c.elect_leaders(&image, 0, None);
+        assert!(records.is_empty() && results.is_empty(), "{results:?}");
+        // Unclean elections are never made.
+        let (records, results) = c.elect_leaders(&image, 1, Some(&asked[..1]));
+        assert!(records.is_empty());
+        assert_eq!(results[0].code, codes::ELECTION_NOT_NEEDED);
+    }
+
+    #[test]
+    fn automatic_rebalancing_acts_only_for_a_broker_whose_imbalance_is_over_the_percentage() {
+        let (c, mut image, _) = three_brokers();
+        // 30 partitions, 10 preferring each broker.
+        with_topic(&c, &mut image, "orders", 30, 3);
+        let t = image.topic("orders").unwrap().id;
+        let prefers = |image: &MetadataImage, b: i32| -> Vec<i32> {
+            image.topic("orders").unwrap().partitions.iter().filter(|(_, p)| p.replicas[0] == b).map(|(i, _)| *i).collect()
+        };
+        let moved: Vec<i32> = prefers(&image, 1).into_iter().take(1).collect();
+        for i in &moved {
+            let mut change = PartitionChange::new(t, *i);
+            change.leader = image.topic("orders").unwrap().partitions[i].replicas[1];
+            apply_all(&mut image, &[versioned(MetadataRecord::PartitionChange(change))]);
+        }
+        // One in ten led elsewhere is not over 10%.
+        assert!(c.rebalance_leaders(&image, 10).is_empty());
+        let second = prefers(&image, 1)[1];
+        let mut change = PartitionChange::new(t, second);
+        change.leader = image.topic("orders").unwrap().partitions[&second].replicas[1];
+        apply_all(&mut image, &[versioned(MetadataRecord::PartitionChange(change))]);
+        // Two in ten is: both go back to broker 1.
+        let records = c.rebalance_leaders(&image, 10);
+        assert_eq!(records.len(), 2);
+        apply_all(&mut image, &records);
+        assert!(image.topic("orders").unwrap().partitions.values().all(|p| p.leader == p.replicas[0]));
+    }
+
+    #[test]
     fn producer_id_blocks_never_overlap_and_go_only_to_a_brokers_current_epoch() {
         let (c, mut image, epochs) = three_brokers();
         let mut starts = Vec::new();
@@ -778,5 +999,73 @@ mod tests {
         let unknown = c.allocate_producer_ids(&image, 9, 1).unwrap_err();
         assert_eq!(unknown.code, codes::STALE_BROKER_EPOCH);
         assert_eq!(image.next_producer_id, 4000, "a refusal makes no record");
+    }
+
+    /// Three brokers and `orders-0` on all three: the image, the epochs, the topic id, the
+    /// partition and one follower.
+    fn orders_on_three() -> (Controller, MetadataImage, BTreeMap<i32, i64>, Uuid, PartitionState, i32) {
+        let (c, mut image, epochs) = three_brokers();
+        with_topic(&c, &mut image, "orders", 1, 3);
+        let t = image.topic_ids["orders"];
+        let p = image.topics[&t].partitions[&0].clone();
+        let follower = *p.replicas.iter().find(|r| **r != p.leader).unwrap();
+        (c, image, epochs, t, p, follower)
+    }
+
+    /// An AlterPartition from the current leader of `orders-0` for `new_isr`.
+    fn alter_isr(image: &MetadataImage, epochs: &BTreeMap<i32, i64>, new_isr: Vec<(i32, i64)>) -> AlterIsr {
+        let t = image.topic_ids["orders"];
+        let p = &image.topics[&t].partitions[&0];
+        AlterIsr {
+            broker_id: p.leader,
+            broker_epoch: epochs[&p.leader],
+            topic_id: t,
+            partition: 0,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            new_isr,
+        }
+    }
+
+    #[test]
+    fn alter_partition_is_a_compare_and_set_by_the_current_leader() {
+        let (c, mut image, epochs, t, p, follower) = orders_on_three();
+        let leader = p.leader;
+        let shrunk: Vec<(i32, i64)> = p.isr.iter().filter(|r| **r != follower).map(|r| (*r, epochs[r])).collect();
+        let req = alter_isr(&image, &epochs, shrunk.clone());
+        // Not the leader, an old broker epoch, an old leader epoch, an old partition epoch.
+        assert_eq!(c.alter_partition(&image, &AlterIsr { broker_id: follower, broker_epoch: epochs[&follower], ..req.clone() }), Err(codes::INVALID_REQUEST));
+        assert_eq!(c.alter_partition(&image, &AlterIsr { broker_epoch: epochs[&leader] + 100, ..req.clone() }), Err(codes::STALE_BROKER_EPOCH));
+        assert_eq!(c.alter_partition(&image, &AlterIsr { leader_epoch: p.leader_epoch - 1, ..req.clone() }), Err(codes::FENCED_LEADER_EPOCH));
+        assert_eq!(c.alter_partition(&image, &AlterIsr { partition_epoch: p.partition_epoch + 1, ..req.clone() }), Err(codes::INVALID_UPDATE_VERSION));
+        // The leader must stay, members must be replicas.
+        assert_eq!(c.alter_partition(&image, &AlterIsr { new_isr: vec![(follower, epochs[&follower])], ..req.clone() }), Err(codes::INVALID_REQUEST));
+        assert_eq!(c.alter_partition(&image, &AlterIsr { new_isr: vec![(leader, -1), (9, -1)], ..req.clone() }), Err(codes::INVALID_REQUEST));
+
+        let records = c.alter_partition(&image, &req).unwrap();
+        apply_all(&mut image, &records);
+        let after = &image.topics[&t].partitions[&0];
+        assert_eq!(after.isr, shrunk.iter().map(|(r, _)| *r).collect::<Vec<_>>());
+        assert_eq!((after.leader, after.leader_epoch, after.partition_epoch), (leader, p.leader_epoch, p.partition_epoch + 1));
+        // The same request again is against an old partition epoch.
+        assert_eq!(c.alter_partition(&image, &req), Err(codes::INVALID_UPDATE_VERSION));
+    }
+
+    #[test]
+    fn a_replica_rejoins_the_isr_only_in_the_broker_epoch_the_leader_saw() {
+        let (c, mut image, epochs, t, p, follower) = orders_on_three();
+        let mut shrink = PartitionChange::new(t, 0);
+        shrink.isr = Some(p.isr.iter().copied().filter(|r| *r != follower).collect());
+        apply_all(&mut image, &[versioned(MetadataRecord::PartitionChange(shrink))]);
+        let p = image.topics[&t].partitions[&0].clone();
+        let mut grown: Vec<(i32, i64)> = p.isr.iter().map(|r| (*r, epochs[r])).collect();
+        grown.push((follower, epochs[&follower] - 1));
+        let req = alter_isr(&image, &epochs, grown.clone());
+        // It fetched in an earlier incarnation (KIP-903): not eligible.
+        assert_eq!(c.alter_partition(&image, &req), Err(codes::INELIGIBLE_REPLICA));
+        grown.last_mut().unwrap().1 = epochs[&follower];
+        let records = c.alter_partition(&image, &AlterIsr { new_isr: grown, ..req }).unwrap();
+        apply_all(&mut image, &records);
+        assert!(image.topics[&t].partitions[&0].isr.contains(&follower));
     }
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use super::controller::{codes, placement_brokers, Controller, Heartbeat, HeartbeatReply, Refusal, Registration};
+use super::controller::{codes, placement_brokers, AlterIsr, Controller, Election, Heartbeat, HeartbeatReply, Refusal, Registration};
 use super::image::MetadataImage;
 use super::placement::Start;
 use super::quorum::{MetadataQuorum, QuorumError};
@@ -49,6 +49,9 @@ pub struct ActiveController<Q> {
     quorum: Arc<Q>,
     registration: RegisterController,
     session_timeout_ms: i64,
+    /// `auto.leader.rebalance.enable`: every this many ms, with this imbalance percentage.
+    rebalance: Option<(i64, i64)>,
+    last_rebalance_ms: std::sync::atomic::AtomicI64,
     started: Instant,
     state: Mutex<Leading>,
 }
@@ -59,9 +62,18 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
             quorum,
             registration,
             session_timeout_ms,
+            rebalance: None,
+            last_rebalance_ms: std::sync::atomic::AtomicI64::new(0),
             started: Instant::now(),
             state: Mutex::new(Leading { term: None, core: Controller::new(session_timeout_ms) }),
         }
+    }
+
+    /// Gives partitions back to their preferred leaders every `interval_ms` where a broker's
+    /// share of them led elsewhere is over `imbalance_percent` (`auto.leader.rebalance.enable`).
+    pub fn with_leader_rebalance(mut self, interval_ms: i64, imbalance_percent: i64) -> ActiveController<Q> {
+        self.rebalance = Some((interval_ms, imbalance_percent));
+        self
     }
 
     pub fn quorum(&self) -> &Arc<Q> {
@@ -191,6 +203,50 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         Ok(start)
     }
 
+    /// ElectLeaders (see `Controller::elect_leaders`).
+    pub async fn elect_leaders(&self, election_type: i8, partitions: Option<&[(String, i32)]>) -> Result<Vec<Election>, Refusal> {
+        let state = self.lead().await?;
+        let (records, results) = state.core.elect_leaders(&self.image(), election_type, partitions);
+        if !records.is_empty() {
+            self.propose(records).await?;
+            tracing::info!(partitions = results.iter().filter(|e| e.code == 0).count(), election_type, "elected leaders on request");
+        }
+        Ok(results)
+    }
+
+    /// AlterPartition: each partition's outcome, in request order (an empty record list for a
+    /// partition whose ISR is already the one asked for).
+    pub async fn alter_partitions(&self, reqs: &[AlterIsr]) -> Result<Vec<Result<(), i16>>, Refusal> {
+        let state = self.lead().await?;
+        let mut image = (*self.image()).clone();
+        let mut records = Vec::new();
+        let mut outcomes = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            match state.core.alter_partition(&image, req) {
+                Ok(rs) => {
+                    // Later partitions of the request are checked against the image with these.
+                    for r in &rs {
+                        let offset = image.offset + 1;
+                        if let Err(e) = image.apply(offset, &r.record) {
+                            return Err(Refusal { code: codes::UNKNOWN_SERVER_ERROR, message: e.to_string() });
+                        }
+                    }
+                    records.extend(rs);
+                    outcomes.push(Ok(()));
+                }
+                Err(code) => outcomes.push(Err(code)),
+            }
+        }
+        if !records.is_empty() {
+            self.propose(records).await?;
+        }
+        for (req, o) in reqs.iter().zip(&outcomes) {
+            tracing::info!(broker = req.broker_id, topic_id = %req.topic_id, partition = req.partition,
+                isr = ?req.new_isr.iter().map(|(b, _)| *b).collect::<Vec<_>>(), outcome = ?o, "AlterPartition");
+        }
+        Ok(outcomes)
+    }
+
     /// One timer round; returns whether this node leads.
     pub async fn tick(&self) -> bool {
         let Ok(mut state) = self.lead().await else { return false };
@@ -200,6 +256,21 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         if !records.is_empty() {
             if let Err(e) = self.propose(records).await {
                 tracing::warn!(error = %e, "the active controller's timer work failed; retrying");
+            }
+            return true;
+        }
+        use std::sync::atomic::Ordering;
+        if let Some((interval, percent)) = self.rebalance {
+            let now = self.now_ms();
+            if now - self.last_rebalance_ms.load(Ordering::Acquire) >= interval {
+                self.last_rebalance_ms.store(now, Ordering::Release);
+                let records = state.core.rebalance_leaders(&image, percent);
+                if !records.is_empty() {
+                    tracing::info!(partitions = records.len(), "giving partitions back to their preferred leaders");
+                    if let Err(e) = self.propose(records).await {
+                        tracing::warn!(error = %e, "preferred leader election failed; retrying at the next check");
+                    }
+                }
             }
         }
         true

@@ -13,6 +13,8 @@
 //! | DeleteTopics 1-6 | per topic, by name |
 //! | CreatePartitions 0-3 | per topic: new partitions placed as Kafka places them, or Kafka's error |
 //! | IncrementalAlterConfigs 0-1 | topics and dynamic broker configs, SET and DELETE (brokers resolve APPEND/SUBTRACT and send the result) |
+//! | AlterPartition 2–3 | a partition leader's new ISR, checked by `controller::alter_partition` (leader, broker and partition epochs, eligible members); per partition the new state or its error; NOT_CONTROLLER, STALE_BROKER_EPOCH at the top |
+//! | ElectLeaders 0–2 | preferred elections where the preferred replica is in the ISR and eligible (`controller::elect_leaders`); unclean ones are refused; brokers forward it here |
 //! | AllocateProducerIds 0 | the next block of 1000 producer ids for a registered broker at its current epoch, or STALE_BROKER_EPOCH, NOT_CONTROLLER |
 //!
 //! Offsets in DescribeQuorum count Raft log entries (one entry is one proposal of one or more
@@ -33,7 +35,7 @@ use kafka_protocol::messages::describe_quorum_response::{self as dq, ReplicaStat
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
-use super::controller::{codes, Heartbeat, Registration};
+use super::controller::{codes, AlterIsr, Heartbeat, Registration};
 use super::driver::{ActiveController, METADATA_VERSION};
 use super::quorum::{ClientFrames, MetadataQuorum};
 use super::records::{Endpoint, SupportedFeature};
@@ -57,6 +59,8 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::AllocateProducerIds, 0, 0),
+    (ApiKey::AlterPartition, 2, 3),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -161,6 +165,14 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             ApiKey::AllocateProducerIds => {
                 let req = decode!(AllocateProducerIdsRequest);
                 respond(correlation_id, version, &self.allocate_producer_ids(&req).await)
+            }
+            ApiKey::ElectLeaders => {
+                let req = decode!(ElectLeadersRequest);
+                respond(correlation_id, version, &self.elect_leaders(req, version).await)
+            }
+            ApiKey::AlterPartition => {
+                let req = decode!(AlterPartitionRequest);
+                respond(correlation_id, version, &self.alter_partition(&req, version).await)
             }
             other => Err(format!("{other:?} is not served on the controller listener")),
         }
@@ -326,6 +338,87 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
                 .with_producer_id_len(super::controller::PRODUCER_ID_BLOCK as i32),
             Err(refusal) => AllocateProducerIdsResponse::default().with_error_code(refusal.code).with_producer_id_start(ProducerId(-1)),
         }
+    }
+
+    async fn elect_leaders(&self, req: ElectLeadersRequest, version: i16) -> ElectLeadersResponse {
+        use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+        if version >= 1 && !(0..=1).contains(&req.election_type) {
+            return ElectLeadersResponse::default().with_error_code(codes::INVALID_REQUEST);
+        }
+        let asked: Option<Vec<(String, i32)>> = req
+            .topic_partitions
+            .map(|ts| ts.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic.0.to_string(), *p))).collect());
+        let election_type = if version >= 1 { req.election_type } else { 0 };
+        let results = match self.controller.elect_leaders(election_type, asked.as_deref()).await {
+            Ok(r) => r,
+            Err(refusal) => return ElectLeadersResponse::default().with_error_code(refusal.code),
+        };
+        let mut topics: Vec<ReplicaElectionResult> = Vec::new();
+        for e in results {
+            let pr = PartitionResult::default()
+                .with_partition_id(e.partition)
+                .with_error_code(e.code)
+                .with_error_message((!e.message.is_empty()).then(|| str_bytes(&e.message)));
+            match topics.last_mut().filter(|t| t.topic.as_str() == e.topic) {
+                Some(t) => t.partition_result.push(pr),
+                None => topics.push(ReplicaElectionResult::default().with_topic(TopicName(str_bytes(&e.topic))).with_partition_result(vec![pr])),
+            }
+        }
+        ElectLeadersResponse::default().with_replica_election_results(topics)
+    }
+
+    async fn alter_partition(&self, req: &AlterPartitionRequest, version: i16) -> AlterPartitionResponse {
+        use kafka_protocol::messages::alter_partition_response::{PartitionData, TopicData};
+        let mut asks = Vec::new();
+        for t in &req.topics {
+            for p in &t.partitions {
+                let new_isr = if version >= 3 {
+                    p.new_isr_with_epochs.iter().map(|b| (b.broker_id.0, b.broker_epoch)).collect()
+                } else {
+                    p.new_isr.iter().map(|b| (b.0, -1)).collect()
+                };
+                asks.push(AlterIsr {
+                    broker_id: req.broker_id.0,
+                    broker_epoch: req.broker_epoch,
+                    topic_id: t.topic_id,
+                    partition: p.partition_index,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    new_isr,
+                });
+            }
+        }
+        let outcomes = match self.controller.alter_partitions(&asks).await {
+            Ok(o) => o,
+            Err(refusal) => return AlterPartitionResponse::default().with_error_code(refusal.code),
+        };
+        // A request from a stale broker epoch is refused as a whole, as Kafka does.
+        if outcomes.contains(&Err(codes::STALE_BROKER_EPOCH)) {
+            return AlterPartitionResponse::default().with_error_code(codes::STALE_BROKER_EPOCH);
+        }
+        let image = self.controller.quorum().image().borrow().clone();
+        let mut topics: Vec<TopicData> = Vec::new();
+        for (ask, outcome) in asks.iter().zip(outcomes) {
+            let mut pd = PartitionData::default().with_partition_index(ask.partition);
+            let state = image.topics.values().find(|t| t.id == ask.topic_id).and_then(|t| t.partitions.get(&ask.partition));
+            match (outcome, state) {
+                (Ok(()), Some(p)) => {
+                    pd = pd
+                        .with_leader_id(BrokerId(p.leader))
+                        .with_leader_epoch(p.leader_epoch)
+                        .with_isr(p.isr.iter().map(|b| BrokerId(*b)).collect())
+                        .with_leader_recovery_state(p.leader_recovery_state)
+                        .with_partition_epoch(p.partition_epoch);
+                }
+                (Ok(()), None) => pd = pd.with_error_code(codes::UNKNOWN_TOPIC_OR_PARTITION),
+                (Err(code), _) => pd = pd.with_error_code(code),
+            }
+            match topics.last_mut().filter(|t| t.topic_id == ask.topic_id) {
+                Some(t) => t.partitions.push(pd),
+                None => topics.push(TopicData::default().with_topic_id(ask.topic_id).with_partitions(vec![pd])),
+            }
+        }
+        AlterPartitionResponse::default().with_topics(topics)
     }
 
     async fn create_topics(&self, req: CreateTopicsRequest) -> CreateTopicsResponse {

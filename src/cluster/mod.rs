@@ -9,7 +9,7 @@
 //!   (a pure core: no I/O, no clock).
 //! - [`placement`]: where a new partition's replicas go, as Kafka places them.
 //! - [`controller`]: the active controller's decisions (registration, fencing, controlled
-//!   shutdown, topic creation, preferred leaders) as records to propose; a pure core.
+//!   shutdown, topic creation, ISR changes, preferred leaders) as records to propose; a pure core.
 //! - [`quorum`]: [`quorum::MetadataQuorum`], the replicated metadata log as the rest of sluice
 //!   sees it, and [`raft`], that trait on openraft.
 //! - [`driver`]: the active controller, proposing [`controller`]'s decisions (registrations,
@@ -25,8 +25,8 @@
 //!   from the active controller.
 //!
 //! A broker that is a cluster member (`crate::broker::cluster`) answers from the image and keeps
-//! its local logs in line with it. Not here yet (issue "A sluice cluster"): preferred leader
-//! rebalancing, and the single node's own files moving into the metadata log.
+//! its local logs in line with it. Not here yet (issue "A sluice cluster"): the single node's own
+//! files moving into the metadata log.
 //!
 //! # Failure behaviour
 //! A record that cannot be decoded, or that does not apply to the image (a partition of an

@@ -60,7 +60,14 @@ impl ControllerNode {
             }],
             features: Vec::new(),
         };
-        let controller = Arc::new(ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms));
+        let mut controller = ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms);
+        if config.auto_leader_rebalance_enable {
+            controller = controller.with_leader_rebalance(
+                config.leader_imbalance_check_interval_seconds * 1000,
+                config.leader_imbalance_per_broker_percentage,
+            );
+        }
+        let controller = Arc::new(controller);
         let voters = config
             .quorum_voters
             .iter()

@@ -16,11 +16,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::Request;
 use tokio::sync::watch;
 
 use super::image::{MetadataImage, PartitionState};
@@ -182,36 +179,8 @@ async fn call<R: Request>(addr: &str, req: &R, version: i16) -> std::io::Result<
 where
     R::Response: 'static,
 {
-    let mut conn = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-    conn.set_nodelay(true)?;
-    let header = RequestHeader::default()
-        .with_request_api_key(R::KEY)
-        .with_request_api_version(version)
-        .with_correlation_id(1)
-        .with_client_id(Some(StrBytes::from_static_str("sluice-broker")));
-    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header.encode(&mut buf, R::header_version(version)).map_err(|e| invalid(e.to_string()))?;
-    req.encode(&mut buf, version).map_err(|e| invalid(e.to_string()))?;
-    let n = (buf.len() - 4) as i32;
-    buf[0..4].copy_from_slice(&n.to_be_bytes());
-    conn.write_all(&buf).await?;
-    let len = conn.read_u32().await? as usize;
-    if len > MAX_RESPONSE {
-        return Err(invalid(format!("a response of {len} bytes is over {MAX_RESPONSE}")));
-    }
-    let mut body = vec![0u8; len];
-    conn.read_exact(&mut body).await?;
-    let mut body = Bytes::from(body);
-    let key = ApiKey::try_from(R::KEY).map_err(|_| invalid("unknown api key".into()))?;
-    ResponseHeader::decode(&mut body, key.response_header_version(version)).map_err(|e| invalid(e.to_string()))?;
-    let resp = R::Response::decode(&mut body, version).map_err(|e| invalid(e.to_string()))?;
-    if body.has_remaining() {
-        return Err(invalid(format!("{} bytes after the response", body.remaining())));
-    }
+    let mut conn = crate::network::client::Connection::connect(addr, "sluice-broker", MAX_RESPONSE).await?;
+    let resp = conn.send(req, version).await?;
     // Registration and heartbeat answers carry NOT_CONTROLLER at the top level; peek at it.
     let code = top_level_error(R::KEY, &resp);
     Ok((resp, code))
@@ -233,6 +202,12 @@ fn top_level_error<T: std::any::Any>(key: i16, resp: &T) -> Option<i16> {
         return any
             .downcast_ref::<kafka_protocol::messages::IncrementalAlterConfigsResponse>()
             .and_then(|r| r.responses.iter().map(|t| t.error_code).find(|c| *c == NOT_CONTROLLER));
+    }
+    if key == ApiKey::ElectLeaders as i16 {
+        return any.downcast_ref::<kafka_protocol::messages::ElectLeadersResponse>().map(|r| r.error_code);
+    }
+    if key == ApiKey::AlterPartition as i16 {
+        return any.downcast_ref::<kafka_protocol::messages::AlterPartitionResponse>().map(|r| r.error_code);
     }
     if key == ApiKey::AllocateProducerIds as i16 {
         return any.downcast_ref::<kafka_protocol::messages::AllocateProducerIdsResponse>().map(|r| r.error_code);

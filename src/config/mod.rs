@@ -136,6 +136,14 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: i64,
     /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
     pub broker_heartbeat_interval_ms: u64,
+    /// `replica.lag.time.max.ms`: a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: i64,
+    /// `auto.leader.rebalance.enable`: the active controller gives partitions back to their
+    /// preferred leaders every `leader.imbalance.check.interval.seconds` where a broker's share
+    /// of partitions it prefers but does not lead is over `leader.imbalance.per.broker.percentage`.
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_seconds: i64,
+    pub leader_imbalance_per_broker_percentage: i64,
     /// Broker-level defaults for topic configs, keyed by *topic* config name
     /// (`retention.ms`, `segment.bytes`, ...), already validated.
     pub topic_defaults: BTreeMap<String, String>,
@@ -204,6 +212,10 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("max.incremental.fetch.session.cache.slots", "1000"),
     ("broker.session.timeout.ms", "9000"),
     ("broker.heartbeat.interval.ms", "2000"),
+    ("replica.lag.time.max.ms", "30000"),
+    ("auto.leader.rebalance.enable", "true"),
+    ("leader.imbalance.check.interval.seconds", "300"),
+    ("leader.imbalance.per.broker.percentage", "10"),
     ("metrics.listener", DEFAULT_METRICS_LISTENER),
     ("log.level", "info"),
     ("log.format", "text"),
@@ -261,12 +273,9 @@ pub const IGNORED_KAFKA_KEYS: &[&str] = &[
     "log.cleaner.dedupe.buffer.size",
     "log.cleaner.io.buffer.size",
     "queued.max.requests",
-    "replica.lag.time.max.ms",
     "log.flush.scheduler.interval.ms",
     "log.flush.offset.checkpoint.interval.ms",
     "log.flush.start.offset.checkpoint.interval.ms",
-    "auto.leader.rebalance.enable",
-    "leader.imbalance.check.interval.seconds",
     "connections.max.idle.ms",
     "group.coordinator.rebalance.protocols",
     "metric.reporters",
@@ -407,6 +416,20 @@ impl BrokerConfig {
                 i32::MAX as usize,
             )?,
             broker_session_timeout_ms: parse_int("broker.session.timeout.ms", &get("broker.session.timeout.ms"), 1, i32::MAX as i64)?,
+            replica_lag_time_max_ms: parse_int("replica.lag.time.max.ms", &get("replica.lag.time.max.ms"), 1, i64::MAX)?,
+            auto_leader_rebalance_enable: parse_bool("auto.leader.rebalance.enable", &get("auto.leader.rebalance.enable"))?,
+            leader_imbalance_check_interval_seconds: parse_int(
+                "leader.imbalance.check.interval.seconds",
+                &get("leader.imbalance.check.interval.seconds"),
+                1,
+                i32::MAX as i64,
+            )?,
+            leader_imbalance_per_broker_percentage: parse_int(
+                "leader.imbalance.per.broker.percentage",
+                &get("leader.imbalance.per.broker.percentage"),
+                0,
+                100,
+            )?,
             broker_heartbeat_interval_ms: parse_int(
                 "broker.heartbeat.interval.ms",
                 &get("broker.heartbeat.interval.ms"),

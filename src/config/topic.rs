@@ -267,6 +267,7 @@ pub fn log_config(effective: &BTreeMap<String, String>) -> LogConfig {
             .map(|v| v.eq_ignore_ascii_case("LogAppendTime"))
             .unwrap_or(false),
         compacted: effective.get("cleanup.policy").is_some_and(|p| p.split(',').any(|x| x.trim() == "compact")),
+        min_insync_replicas: effective.get("min.insync.replicas").and_then(|v| v.trim().parse().ok()).unwrap_or(1),
     }
 }
 

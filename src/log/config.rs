@@ -27,6 +27,9 @@ pub struct LogConfig {
     /// `cleanup.policy` includes `compact`: every produced record must have a key (Kafka refuses
     /// keyless ones with INVALID_RECORD, since compaction could not place them).
     pub compacted: bool,
+    /// `min.insync.replicas`: not the log's, but carried with the topic's other settings to the
+    /// partition (acks=all and the high watermark need at least this many in-sync replicas).
+    pub min_insync_replicas: i32,
 }
 
 impl Default for LogConfig {
@@ -43,6 +46,7 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             message_timestamp_type_log_append: false,
             compacted: false,
+            min_insync_replicas: 1,
         }
     }
 }

@@ -783,6 +783,24 @@ impl PartitionLog {
         self.epochs.truncate_from_end(leo)
     }
 
+    /// Removes every segment and starts the log empty at `offset` (a follower whose log ends
+    /// before its leader's log start).
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LogError> {
+        self.check_poisoned()?;
+        self.settle_flush()?;
+        tracing::info!(dir = %self.dir.display(), offset, log_end_offset = self.log_end_offset(), "emptying the log to start at the leader's log start");
+        let r = (|| {
+            for seg in self.segments.drain(..) {
+                seg.delete()?;
+            }
+            self.segments.push(Segment::create(&self.dir, offset, &self.io, self.config.index_interval_bytes)?);
+            self.log_start_offset = offset;
+            sync_dir(&self.dir)
+        })();
+        self.poison_on_err(r)?;
+        self.epochs.truncate_from_end(i64::MIN)
+    }
+
     fn truncate_inner(&mut self, offset: i64) -> Result<(), LogError> {
         tracing::info!(dir = %self.dir.display(), offset, log_end_offset = self.log_end_offset(), "truncating log");
         if offset < self.log_start_offset {

@@ -11,6 +11,7 @@
 //! - Shutdown: [`Server::run`] returns when the shutdown signal fires; open connections are
 //!   dropped with the runtime.
 
+pub mod client;
 pub mod connection;
 pub mod idle_poll;
 pub mod send;

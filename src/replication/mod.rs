@@ -1,8 +1,12 @@
-//! Partition replicas: log + high watermark + leader epoch + producer state.
+//! Partition replicas: log + high watermark + leader epoch + producer state, and how they are
+//! kept in step across brokers.
 //!
-//! Today every partition is led by this node with an ISR of one; the high-watermark and
-//! leader-epoch plumbing is in place for follower fetching and ISR changes.
+//! - [`leader`]: a leader's view of its followers (high watermark, ISR changes); a pure core.
+//! - [`partition`]: one replica as the broker serves it, leading or following.
+//! - [`fetcher`]: a follower's fetches from its leaders, one task per source broker.
+pub mod fetcher;
+pub mod leader;
 pub mod partition;
 pub mod producer_state;
 
-pub use partition::{AppendError, Appended, Partition};
+pub use partition::{AppendError, Appended, Partition, ReplicationWait, Role};

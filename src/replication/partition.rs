@@ -1,12 +1,15 @@
 //! One partition replica as the broker serves it: the log, the high watermark, the leader epoch,
 //! idempotent-producer state, and the wake-up for fetches waiting on new data.
 //!
-//! On a single node this broker is the leader of every partition and the ISR is itself, so the
-//! high watermark equals the log end offset after each append. Replication will move the high
-//! watermark to min(LEO over the ISR); readers already never see past it.
+//! A partition is led here or followed from another broker ([`Role`]). As leader, the high
+//! watermark is what [`LeaderState`] allows (on a single node, the sole replica's log end offset
+//! after each append); followers' fetches ([`Partition::follower_fetched`]) move it. As
+//! follower, batches are appended as the leader wrote them ([`Partition::append_from_leader`])
+//! and the high watermark is the leader's, capped at the local log end.
 //!
 //! # Invariants
-//! - The high watermark never goes backwards and never exceeds the log end offset.
+//! - The high watermark never exceeds the log end offset. It goes backwards only when a
+//!   follower truncates its log below it ([`Partition::truncate_to`]).
 //! - Appends to one partition are serialised by the state lock; the producer-state check and
 //!   the append happen under the same lock so a duplicate can never slip between them.
 //! - A fetch that saw no data registers for [`Partition::appended`] *before* reading, so an append
@@ -32,6 +35,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use super::leader::{IsrChange, LeaderState};
 use super::producer_state::{ProducerStateTable, SequenceCheck};
 use crate::log::cleaner::{CleanStats, CleanerConfig};
 use crate::log::segment::{file_stem, offset_from_file_name};
@@ -55,6 +59,17 @@ pub struct Appended {
     /// `flush.messages` or `flush.ms` was reached: the append is acknowledged after
     /// [`Partition::sync_to`] `next_offset`, as under `flush.acks.all`.
     pub flush_due: bool,
+}
+
+/// Why an acks=all produce was not acknowledged after its append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationWait {
+    /// REQUEST_TIMED_OUT: the in-sync replicas did not all get it within the request's timeout.
+    TimedOut,
+    /// NOT_LEADER_OR_FOLLOWER: leadership moved while waiting.
+    NotLeader,
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND: the ISR shrank below `min.insync.replicas`.
+    NotEnoughReplicasAfterAppend,
 }
 
 /// Why a produce to one partition was refused; each maps to a Kafka error code.
@@ -85,7 +100,18 @@ struct State {
     unsnapshotted_bytes: u64,
 }
 
-/// A partition this broker leads.
+/// Who serves a partition's records.
+#[derive(Debug, Clone)]
+pub enum Role {
+    Leader(LeaderState),
+    /// Copies `leader`'s log; clients get NOT_LEADER_OR_FOLLOWER.
+    Follower { leader: i32 },
+}
+
+/// Kafka's `replica.lag.time.max.ms` default: a follower behind for longer leaves the ISR.
+pub const REPLICA_LAG_TIME_MAX_MS: i64 = 30_000;
+
+/// A partition replica on this broker.
 pub struct Partition {
     pub topic: Arc<str>,
     pub index: i32,
@@ -109,6 +135,13 @@ pub struct Partition {
     syncing: AtomicBool,
     /// Woken when that fsync ends.
     synced: Notify,
+    /// Leader (with its followers' progress) or follower; taken after `state`, never before.
+    role: Mutex<Role>,
+    /// The topic's `min.insync.replicas`.
+    min_isr: std::sync::atomic::AtomicI32,
+    /// `replica.lag.time.max.ms`.
+    lag_ms: AtomicI64,
+    producer_id_expiration_ms: i64,
 }
 
 /// Ends a turn at running the fsync in [`Partition::sync_to`], also when the waiting request
@@ -153,6 +186,7 @@ impl Partition {
         let start = log.log_start_offset();
         let flush_acks_all = log.config().flush_acks_all;
         let compacted = log.config().compacted;
+        let min_isr = log.config().min_insync_replicas.max(1);
         Ok(Partition {
             topic,
             index,
@@ -167,6 +201,10 @@ impl Partition {
             synced_offset: AtomicI64::new(start),
             syncing: AtomicBool::new(false),
             synced: Notify::new(),
+            role: Mutex::new(Role::Leader(LeaderState::sole(-1))),
+            min_isr: std::sync::atomic::AtomicI32::new(min_isr),
+            lag_ms: AtomicI64::new(REPLICA_LAG_TIME_MAX_MS),
+            producer_id_expiration_ms,
         })
     }
 
@@ -180,6 +218,209 @@ impl Partition {
 
     pub fn log_end_offset(&self) -> i64 {
         self.state.lock().log.log_end_offset()
+    }
+
+    /// Takes leadership in `leader_epoch` (or, in the same epoch, takes the image's new ISR and
+    /// replica set). `me` is this broker's id.
+    pub fn become_leader(&self, me: i32, leader_epoch: i32, partition_epoch: i32, replicas: Vec<i32>, isr: Vec<i32>, now_ms: i64) {
+        self.set_leader_epoch(leader_epoch);
+        let leo = self.log_end_offset();
+        let mut role = self.role.lock();
+        match &mut *role {
+            Role::Leader(l) if l.leader_epoch == leader_epoch && l.me == me => l.update(partition_epoch, replicas, isr, now_ms),
+            _ => {
+                let mut l = LeaderState::new(me, leader_epoch, partition_epoch, replicas, isr, leo, now_ms);
+                l.min_isr = self.min_isr.load(Ordering::Acquire) as usize;
+                *role = Role::Leader(l);
+            }
+        }
+        drop(role);
+        self.advance_high_watermark(leo, now_ms);
+        self.appended.notify_waiters();
+    }
+
+    /// Follows `leader` in `leader_epoch`; produce waiters and long polls are woken to find out.
+    pub fn become_follower(&self, leader: i32, leader_epoch: i32) {
+        self.set_leader_epoch(leader_epoch);
+        *self.role.lock() = Role::Follower { leader };
+        self.appended.notify_waiters();
+    }
+
+    pub fn role(&self) -> Role {
+        self.role.lock().clone()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        matches!(*self.role.lock(), Role::Leader(_))
+    }
+
+    /// `replica.lag.time.max.ms` for this partition's followers.
+    pub fn set_replica_lag_time_max_ms(&self, ms: i64) {
+        self.lag_ms.store(ms, Ordering::Release);
+    }
+
+    /// Whether an acks=all produce may append: this broker leads with an ISR of at least
+    /// `min.insync.replicas`.
+    pub fn has_min_isr(&self) -> bool {
+        matches!(&*self.role.lock(), Role::Leader(l) if l.has_min_isr())
+    }
+
+    /// Raises the high watermark to what the leader state allows with the log ending at `leo`.
+    fn advance_high_watermark(&self, leo: i64, now_ms: i64) -> bool {
+        let hw = match &*self.role.lock() {
+            Role::Leader(l) => l.high_watermark(leo, now_ms, self.lag_ms.load(Ordering::Acquire)),
+            Role::Follower { .. } => None,
+        };
+        match hw {
+            Some(hw) => self.high_watermark.fetch_max(hw.min(leo), Ordering::AcqRel) < hw.min(leo),
+            None => false,
+        }
+    }
+
+    /// A follower fetched from `fetch_offset`: its progress is recorded and the high watermark
+    /// moves if it can (waking produces waiting for acks=all and consumers' long polls).
+    /// Returns false when this broker does not lead or `replica` is not a replica.
+    pub fn follower_fetched(&self, replica: i32, broker_epoch: i64, fetch_offset: i64, now_ms: i64) -> bool {
+        let leo = self.log_end_offset();
+        let known = match &mut *self.role.lock() {
+            Role::Leader(l) => l.on_fetch(replica, broker_epoch, fetch_offset, leo, now_ms),
+            Role::Follower { .. } => false,
+        };
+        if known && self.advance_high_watermark(leo, now_ms) {
+            self.appended.notify_waiters();
+        }
+        known
+    }
+
+    /// The ISR change this leader should ask the controller for now, marked pending; `eligible`
+    /// says which brokers may join.
+    pub fn propose_isr_change(&self, now_ms: i64, eligible: impl Fn(i32) -> bool) -> Option<IsrChange> {
+        let leo = self.log_end_offset();
+        let hw = self.high_watermark();
+        let lag = self.lag_ms.load(Ordering::Acquire);
+        let mut role = self.role.lock();
+        let Role::Leader(l) = &mut *role else { return None };
+        let change = l.isr_change(hw, leo, now_ms, lag, eligible)?;
+        l.set_pending(&change);
+        Some(change)
+    }
+
+    /// The controller did not take the pending ISR change; it may be proposed again.
+    pub fn isr_change_failed(&self) {
+        if let Role::Leader(l) = &mut *self.role.lock() {
+            l.clear_pending();
+        }
+    }
+
+    /// Appends batches fetched from the leader as they are (offsets, epochs, CRCs), records
+    /// them in the producer state, and takes the leader's high watermark up to the new log end.
+    pub fn append_from_leader(&self, records: Bytes, leader_high_watermark: i64) -> Result<i64, LogError> {
+        let mut st = self.state.lock();
+        if !records.is_empty() {
+            let active_before = st.log.active_base_offset();
+            let info = st.log.append_as_follower(records.clone())?;
+            if st.log.active_base_offset() != active_before {
+                // The new segment starts at the first batch or after it: snapshot what is below.
+                let active = st.log.active_base_offset();
+                if active <= info.base_offset {
+                    st.snapshot(active);
+                }
+            }
+            for (h, _) in BatchIter::new(&records).flatten() {
+                st.producers.record(&h);
+            }
+            st.unsnapshotted_bytes += info.bytes as u64;
+            if st.unsnapshotted_bytes >= SNAPSHOT_INTERVAL_BYTES {
+                let leo = st.log.log_end_offset();
+                st.snapshot(leo);
+            }
+        }
+        let leo = st.log.log_end_offset();
+        drop(st);
+        if leader_high_watermark >= 0 {
+            self.high_watermark.fetch_max(leader_high_watermark.min(leo), Ordering::AcqRel);
+        }
+        Ok(leo)
+    }
+
+    /// Removes everything at and after `offset` (a follower whose log diverged from its
+    /// leader's); the high watermark and producer state follow.
+    pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+        let mut st = self.state.lock();
+        if offset >= st.log.log_end_offset() {
+            return Ok(());
+        }
+        st.log.truncate_to(offset)?;
+        let dir = st.log.dir().to_path_buf();
+        let leo = st.log.log_end_offset();
+        for o in snapshot_offsets(&dir) {
+            if o > leo {
+                let _ = std::fs::remove_file(snapshot_path(&dir, o));
+            }
+        }
+        let (producers, replay) = rebuild_producer_state(&st.log, now_ms, self.producer_id_expiration_ms)?;
+        st.producers = producers;
+        st.unsnapshotted_bytes = replay;
+        self.log_start_offset.store(st.log.log_start_offset(), Ordering::Release);
+        self.high_watermark.fetch_min(leo, Ordering::AcqRel);
+        self.synced_offset.fetch_min(leo, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Empties the log and restarts it at `offset` (a follower behind its leader's log start).
+    pub fn restart_at(&self, offset: i64) -> Result<(), LogError> {
+        let mut st = self.state.lock();
+        st.log.truncate_fully_and_start_at(offset)?;
+        let dir = st.log.dir().to_path_buf();
+        for o in snapshot_offsets(&dir) {
+            let _ = std::fs::remove_file(snapshot_path(&dir, o));
+        }
+        st.producers = ProducerStateTable::default();
+        st.unsnapshotted_bytes = 0;
+        self.log_start_offset.store(offset, Ordering::Release);
+        self.high_watermark.store(offset, Ordering::Release);
+        self.synced_offset.store(offset, Ordering::Release);
+        Ok(())
+    }
+
+    /// The latest leader epoch in the log's epoch cache.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.state.lock().log.latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch on the local log: `(epoch, end offset)`.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.state.lock().log.end_offset_for_epoch(epoch)
+    }
+
+    /// Reads for a follower: up to the log end, not the high watermark.
+    pub fn read_slice_for_replica(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<Option<SliceRead>, LogError> {
+        let st = self.state.lock();
+        let leo = st.log.log_end_offset();
+        st.log.read_slice(offset, max_bytes, leo, min_one_batch)
+    }
+
+    /// Waits until the high watermark reaches `end_offset` (acks=all: every in-sync replica
+    /// has the batch), this broker stops leading, or `timeout` passes.
+    pub async fn wait_replicated(&self, end_offset: i64, timeout: std::time::Duration) -> Result<(), ReplicationWait> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let woken = self.appended.notified();
+            tokio::pin!(woken);
+            // Registered before the checks, so a change between them still wakes us.
+            woken.as_mut().enable();
+            if self.high_watermark() >= end_offset {
+                return Ok(());
+            }
+            match &*self.role.lock() {
+                Role::Follower { .. } => return Err(ReplicationWait::NotLeader),
+                Role::Leader(l) if !l.has_min_isr() => return Err(ReplicationWait::NotEnoughReplicasAfterAppend),
+                Role::Leader(_) => {}
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return Err(ReplicationWait::TimedOut);
+            }
+        }
     }
 
     /// Appends a produce request's records as leader. `records` is shared, not copied: the
@@ -241,7 +482,7 @@ impl Partition {
             st.snapshot(leo);
         }
         drop(st);
-        self.high_watermark.fetch_max(leo, Ordering::AcqRel);
+        self.advance_high_watermark(leo, now_ms);
         self.appended.notify_waiters();
         Ok(Appended {
             base_offset: info.base_offset,
@@ -397,6 +638,10 @@ impl Partition {
     }
 
     pub fn update_config(&self, config: LogConfig) {
+        self.min_isr.store(config.min_insync_replicas.max(1), Ordering::Release);
+        if let Role::Leader(l) = &mut *self.role.lock() {
+            l.min_isr = config.min_insync_replicas.max(1) as usize;
+        }
         self.flush_acks_all.store(config.flush_acks_all, Ordering::Release);
         self.compacted.store(config.compacted, Ordering::Release);
         self.state.lock().log.update_config(config);
