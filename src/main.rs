@@ -206,7 +206,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     // a broker-only node observing the controllers' quorum.
     let (controller, observer) = if broker.config.roles == config::Roles::Broker {
         (None, Some(observe_cluster(&broker)))
-    } else if broker.config.quorum_voters.len() > 1 {
+    } else if broker.config.is_cluster_member() {
         (Some(join_cluster(&broker).await?), None)
     } else {
         (None, None)

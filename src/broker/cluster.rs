@@ -212,7 +212,17 @@ pub async fn run(broker: Arc<Broker>) {
         let caught_up = view.is_caught_up();
         let synced = {
             let image = image.clone();
-            tokio::task::spawn_blocking(move || sync_topics(&b, &image, caught_up)).await
+            tokio::task::spawn_blocking(move || {
+                let follow = sync_topics(&b, &image, caught_up);
+                // The groups of the __consumer_offsets partitions led here, replayed once the
+                // local logs match the image.
+                if let Some(offsets) = image.topic(crate::group::OFFSETS_TOPIC) {
+                    let leaders = offsets.partitions.iter().map(|(i, p)| (*i, (p.leader, p.leader_epoch))).collect();
+                    b.groups().follow_leadership(&b, &leaders);
+                }
+                follow
+            })
+            .await
         };
         match synced {
             Ok(follow) => {

@@ -232,7 +232,11 @@ impl Broker {
             });
         }
         broker.load_topics(&checks)?;
-        broker.groups.load(&broker)?;
+        if broker.config.is_cluster_member() {
+            broker.groups.start_empty();
+        } else {
+            broker.groups.load(&broker)?;
+        }
         if let Some(id) = &boot_id {
             // A dir checked structurally already holds this boot's id. Rewriting it anyway
             // replaces a file by rename, which ext4 follows with writeback of the new file;

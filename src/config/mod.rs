@@ -288,6 +288,12 @@ pub const IGNORED_KAFKA_KEYS: &[&str] = &[
 ];
 
 impl BrokerConfig {
+    /// Whether this node is one of a cluster's brokers (a broker-only node, or one of several
+    /// voters) rather than a single node.
+    pub fn is_cluster_member(&self) -> bool {
+        self.roles == Roles::Broker || self.quorum_voters.len() > 1
+    }
+
     /// Builds and validates a config from `(key, value)` pairs in precedence order.
     pub fn from_pairs<I>(pairs: I) -> Result<Loaded, ConfigError>
     where

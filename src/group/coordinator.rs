@@ -439,6 +439,14 @@ impl GroupCoordinator {
         expired
     }
 
+    /// Drops every group `drop` names (their `__consumer_offsets` partition went to another
+    /// coordinator, or is about to be replayed); returns how many.
+    pub fn unload(&mut self, drop: impl Fn(&str) -> bool) -> usize {
+        let before = self.groups.len();
+        self.groups.retain(|g, _| !drop(g));
+        before - self.groups.len()
+    }
+
     /// Applies one record read back from `__consumer_offsets` (startup).
     pub fn replay(&mut self, record: CoordinatorRecord, now_ms: i64) {
         match record {

@@ -2,6 +2,14 @@
 //! oneshot channels, appends the core's records to `__consumer_offsets`, replays that topic at
 //! startup and fires timers.
 //!
+//! # In a cluster
+//! A broker coordinates the groups of the `__consumer_offsets` partitions it leads. When it
+//! becomes a partition's leader (a new leader epoch), the groups of that partition are dropped
+//! from the core and replayed from the partition's log, which followers copied
+//! ([`Groups::follow_leadership`]); until then their requests get COORDINATOR_LOAD_IN_PROGRESS.
+//! When leadership moves away, the partition's groups are dropped. Records are appended only to
+//! partitions this broker leads: a follower's log is the leader's copy.
+//!
 //! # Ordering and durability
 //! One mutex guards the core and the waiter table. Every call runs the core, then — still under
 //! the lock — appends the produced records (one batch per `__consumer_offsets` partition) and only
@@ -43,6 +51,8 @@ pub struct Groups {
     next_token: AtomicU64,
     /// False until `__consumer_offsets` has been replayed; requests get COORDINATOR_LOAD_IN_PROGRESS.
     loaded: AtomicBool,
+    /// In a cluster: `__consumer_offsets` partition -> the leader epoch its groups were loaded in.
+    led: Mutex<BTreeMap<i32, i32>>,
     pub config: GroupConfig,
 }
 
@@ -52,12 +62,60 @@ impl Groups {
             inner: Mutex::new(Inner { core: GroupCoordinator::new(config.clone()), waiters: HashMap::new() }),
             next_token: AtomicU64::new(1),
             loaded: AtomicBool::new(false),
+            led: Mutex::new(BTreeMap::new()),
             config,
         }
     }
 
     pub fn is_loaded(&self) -> bool {
         self.loaded.load(Ordering::Acquire)
+    }
+
+    /// In a cluster: whether the groups of `__consumer_offsets` partition `partition` are loaded
+    /// for leader epoch `epoch`.
+    pub fn is_partition_loaded(&self, partition: i32, epoch: i32) -> bool {
+        self.led.lock().get(&partition) == Some(&epoch)
+    }
+
+    /// A cluster member starts with no groups: each partition's are loaded when the image says
+    /// this broker leads it.
+    pub fn start_empty(&self) {
+        self.loaded.store(true, Ordering::Release);
+    }
+
+    /// Brings the loaded groups in line with which `__consumer_offsets` partitions this broker
+    /// leads: `leaders` maps each partition to `(leader, leader epoch)`. A partition newly led
+    /// (or led in a new epoch) has its groups replayed from its log; one no longer led has its
+    /// groups dropped.
+    pub fn follow_leadership(&self, broker: &Broker, leaders: &BTreeMap<i32, (i32, i32)>) {
+        let me = broker.node_id;
+        let partitions = leaders.len() as i32;
+        let mut led = self.led.lock().clone();
+        for (&p, &(leader, epoch)) in leaders {
+            let mine = leader == me;
+            match (mine, led.get(&p)) {
+                (true, Some(e)) if *e == epoch => continue,
+                (false, None) => continue,
+                _ => {}
+            }
+            let dropped = self.inner.lock().core.unload(|group| partition_for(group, partitions) == p);
+            if !mine {
+                led.remove(&p);
+                tracing::info!(partition = p, groups = dropped, "no longer the coordinator of this __consumer_offsets partition");
+                continue;
+            }
+            let Some(partition) = broker.topic(OFFSETS_TOPIC).and_then(|t| t.partition(p).cloned()) else { continue };
+            let started = std::time::Instant::now();
+            match self.replay(broker, &partition, partition.log_end_offset()) {
+                Ok(records) => {
+                    led.insert(p, epoch);
+                    tracing::info!(partition = p, leader_epoch = epoch, records, elapsed_ms = started.elapsed().as_millis() as u64,
+                        "loaded the groups of a __consumer_offsets partition this broker now leads");
+                }
+                Err(e) => tracing::error!(partition = p, error = %crate::broker::error_chain(&e), "loading groups failed; retrying at the next metadata change"),
+            }
+        }
+        *self.led.lock() = led;
     }
 
     /// Runs `f` on the core, persists what it produced and delivers parked answers.
@@ -241,6 +299,10 @@ impl Groups {
         let now = broker.now_ms();
         for (p, recs) in by_partition {
             let Some(partition) = topic.partition(p) else { continue };
+            if !partition.is_leader() {
+                tracing::warn!(partition = p, records = recs.len(), "not appending group records to a __consumer_offsets partition another broker leads");
+                continue;
+            }
             let batch: Vec<Record> = recs
                 .iter()
                 .enumerate()
@@ -276,49 +338,56 @@ impl Groups {
         let started = std::time::Instant::now();
         let mut count = 0usize;
         if let Some(topic) = broker.topic(OFFSETS_TOPIC) {
-            let now = broker.now_ms();
-            let mut inner = self.inner.lock();
             for partition in &topic.partitions {
-                let end = partition.high_watermark();
-                let mut offset = partition.log_start_offset();
-                while offset < end {
-                    let read = partition
-                        .read(offset, 1 << 20, true)
-                        .map_err(|source| GroupError::Read { partition: partition.index, offset, source })?;
-                    let mut buf = read.records.clone();
-                    let mut next = offset;
-                    while !buf.is_empty() {
-                        let set = match RecordBatchDecoder::decode(&mut buf) {
-                            Ok(s) => s,
-                            Err(e) => {
-                                tracing::warn!(partition = partition.index, offset = next, error = %e, "undecodable batch in __consumer_offsets; skipping the rest of this read");
-                                break;
-                            }
-                        };
-                        for rec in set.records {
-                            next = next.max(rec.offset + 1);
-                            let Some(key) = rec.key.as_ref() else { continue };
-                            match CoordinatorRecord::decode(key, rec.value.as_deref()) {
-                                Ok(Some(r)) => {
-                                    inner.core.replay(r, now);
-                                    count += 1;
-                                }
-                                Ok(None) => {}
-                                Err(e) => tracing::warn!(partition = partition.index, offset = rec.offset, error = %e, "skipping undecodable __consumer_offsets record"),
-                            }
-                        }
-                    }
-                    if next <= offset {
-                        break;
-                    }
-                    offset = next;
-                }
+                count += self.replay(broker, partition, partition.high_watermark())?;
             }
-            let _ = inner.core.drain();
         }
         self.loaded.store(true, Ordering::Release);
         tracing::info!(records = count, elapsed_ms = started.elapsed().as_millis() as u64, "loaded consumer groups");
         Ok(())
+    }
+
+    /// Replays one `__consumer_offsets` partition below `end` into the core; returns the
+    /// number of records applied.
+    fn replay(&self, broker: &Broker, partition: &crate::replication::Partition, end: i64) -> Result<usize, GroupError> {
+        let now = broker.now_ms();
+        let mut count = 0usize;
+        let mut inner = self.inner.lock();
+        let mut offset = partition.log_start_offset();
+        while offset < end {
+            let read = partition
+                .read_to(offset, 1 << 20, end)
+                .map_err(|source| GroupError::Read { partition: partition.index, offset, source })?;
+            let mut buf = read.records.clone();
+            let mut next = offset;
+            while !buf.is_empty() {
+                let set = match RecordBatchDecoder::decode(&mut buf) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(partition = partition.index, offset = next, error = %e, "undecodable batch in __consumer_offsets; skipping the rest of this read");
+                        break;
+                    }
+                };
+                for rec in set.records {
+                    next = next.max(rec.offset + 1);
+                    let Some(key) = rec.key.as_ref() else { continue };
+                    match CoordinatorRecord::decode(key, rec.value.as_deref()) {
+                        Ok(Some(r)) => {
+                            inner.core.replay(r, now);
+                            count += 1;
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::warn!(partition = partition.index, offset = rec.offset, error = %e, "skipping undecodable __consumer_offsets record"),
+                    }
+                }
+            }
+            if next <= offset {
+                break;
+            }
+            offset = next;
+        }
+        let _ = inner.core.drain();
+        Ok(count)
     }
 }
 

@@ -565,6 +565,14 @@ impl Partition {
         self.state.lock().log.read(offset, max_bytes, hw, min_one_batch)
     }
 
+    /// Reads whole batches from `offset` below `end`, which may be past the high watermark (a
+    /// new leader replaying its own log).
+    pub fn read_to(&self, offset: i64, max_bytes: usize, end: i64) -> Result<ReadResult, LogError> {
+        let st = self.state.lock();
+        let end = end.min(st.log.log_end_offset());
+        st.log.read(offset, max_bytes, end, true)
+    }
+
     /// Like [`Partition::read`], as a range of a segment file (see [`PartitionLog::read_slice`]).
     pub fn read_slice(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<Option<SliceRead>, LogError> {
         let hw = self.high_watermark();

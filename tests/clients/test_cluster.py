@@ -5,7 +5,8 @@ across the brokers with their replication factor, each partition is served by it
 broker killed with SIGKILL is fenced out of the metadata and comes back after a restart, and
 SIGTERM moves a broker's leaderships away before it exits. Followers copy their leaders, so a
 rolling restart under acks=all load loses no acknowledged record, and leadership goes back to
-the preferred replicas (automatically, or with kafka-leader-election).
+the preferred replicas (automatically, or with kafka-leader-election). A group's new coordinator
+replays the group from its copy of __consumer_offsets.
 """
 import os
 import re
@@ -355,3 +356,51 @@ def test_kafka_leader_election_gives_partitions_back_to_their_preferred_replicas
     out = tool("LeaderElectionCommand", "--bootstrap-server", c.bootstrap, "--election-type", "PREFERRED",
                "--topic", topic, "--partition", "0", check=False)
     assert "Valid replica already elected for partitions" in out.stdout + out.stderr, out
+
+
+def test_a_group_keeps_its_committed_offsets_when_its_coordinator_is_killed(sluice_cluster):
+    """The coordinator of a group (the leader of its __consumer_offsets partition) is killed with
+    SIGKILL after the group committed; the partition's new leader replays the group from its copy
+    of the log, so the group's next consumer resumes at the committed offsets and reads each
+    remaining record once."""
+    c = sluice_cluster(3, overrides={"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"})
+    topic, group = unique("resume"), unique("g")
+    a = admin(c.bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(30)
+    wait_until("every partition to have its full ISR", lambda: full_isr(c.bootstrap, topic, 3))
+    delivery = produce_all(producer(c.bootstrap, acks="all"), topic, make_records(300, 3))
+    assert not delivery.failed and len(delivery.ok) == 300
+
+    first = consumer(c.bootstrap, group_id=group, enable_partition_eof=False)
+    first.subscribe([topic])
+    seen = []
+    deadline = time.time() + 60
+    while len(seen) < 150:
+        assert time.time() < deadline, "consumed only %d records" % len(seen)
+        for m in first.consume(num_messages=150 - len(seen), timeout=1):
+            assert m.error() is None, m.error()
+            seen.append((m.partition(), m.offset()))
+    first.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in first.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)}
+    first.close()
+    assert sum(max(o, 0) for o in committed.values()) == 150, committed
+
+    coordinator = a.describe_consumer_groups([group])[group].result(30).coordinator.id
+    c.kill9(coordinator)
+    survivors = ",".join("127.0.0.1:%d" % port for node, port in c.ports.items() if node != coordinator)
+    wait_until("the group's offsets partition to get a new leader",
+               lambda: all(leader not in (-1, coordinator) for leader, _, _ in describe(survivors, "__consumer_offsets").values()))
+
+    second = consumer(survivors, group_id=group, enable_partition_eof=False)
+    second.subscribe([topic])
+    rest = []
+    deadline = time.time() + 60
+    while len(rest) < 150:
+        assert time.time() < deadline, "the group's next consumer read only %d records: %s" % (len(rest), rest[:5])
+        for m in second.consume(num_messages=150, timeout=1):
+            assert m.error() is None, m.error()
+            rest.append((m.partition(), m.offset()))
+    extra = second.consume(num_messages=10, timeout=3)
+    second.close()
+    assert not extra, "read past the end"
+    assert sorted(rest) == sorted((p, o) for p in range(3) for o in range(max(committed[p], 0), 100)), (committed, sorted(rest)[:5])

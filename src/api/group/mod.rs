@@ -42,6 +42,11 @@ pub(crate) fn not_ready(ctx: &RequestContext, group: &str) -> Option<ResponseErr
         if ctx.broker.not_leader(crate::group::OFFSETS_TOPIC, p).is_some() {
             return Some(ResponseError::NotCoordinator);
         }
+        // Led here, but its groups not yet replayed in this leader epoch.
+        let epoch = offsets.partitions.iter().find(|x| x.index == p).map_or(-1, |x| x.leader_epoch);
+        if !ctx.broker.groups().is_partition_loaded(p, epoch) {
+            return Some(ResponseError::CoordinatorLoadInProgress);
+        }
     }
     not_loaded(ctx)
 }
