@@ -8,6 +8,7 @@ rolling restart under acks=all load loses no acknowledged record, and leadership
 the preferred replicas (automatically, or with kafka-leader-election). A group's new coordinator
 replays the group from its copy of __consumer_offsets.
 """
+import json
 import os
 import re
 import subprocess
@@ -267,10 +268,12 @@ def full_isr(bootstrap, topic, partitions):
 def test_a_rolling_restart_under_acks_all_load_loses_no_acknowledged_record(sluice_cluster):
     """Each broker in turn is stopped with SIGTERM and started again while an idempotent
     librdkafka producer writes with acks=all to a topic with three replicas and
-    min.insync.replicas=2. Followers copy their leaders, so each restarted broker catches up and
-    rejoins every ISR before the next one goes; afterwards every acknowledged record is at the
-    offset it was acknowledged at, each partition holds each value once and in order, and the
-    automatic rebalance gives every partition back to its preferred leader."""
+    min.insync.replicas=2, and a group consumer reads it. Followers copy their leaders, so each
+    restarted broker catches up and rejoins every ISR before the next one goes; the producer sees
+    no failed delivery and the consumer no fatal error; afterwards every acknowledged record is at
+    the offset it was acknowledged at, each partition holds each value once and in order, the
+    consumer has read every acknowledged record, and the automatic rebalance gives every
+    partition back to its preferred leader."""
     c = sluice_cluster(3, overrides={"leader.imbalance.check.interval.seconds": "2"})
     topic = unique("rolling")
     partitions = 6
@@ -301,8 +304,32 @@ def test_a_rolling_restart_under_acks_all_load_loses_no_acknowledged_record(slui
         assert p.flush(60) == 0
         produced.append(i)
 
+    read, read_errors = set(), []
+
+    def consume():
+        cons = consumer(c.bootstrap, group_id=unique("rolling"), enable_partition_eof=False,
+                        enable_auto_commit=True, auto_commit_interval_ms=500)
+        cons.subscribe([topic])
+        # Until the producer has stopped and everything it had acknowledged is read.
+        deadline = None
+        while True:
+            if stop.is_set():
+                if produced and set(acked.values()) <= read:
+                    break
+                deadline = deadline or time.time() + 90
+                if time.time() > deadline:
+                    break
+            for m in cons.consume(num_messages=500, timeout=0.2):
+                if m.error() is not None:
+                    read_errors.append(m.error())
+                else:
+                    read.add(m.value())
+        cons.close()
+
     writer = threading.Thread(target=produce)
+    reader = threading.Thread(target=consume)
     writer.start()
+    reader.start()
     try:
         for node in (1, 2, 3):
             time.sleep(2)
@@ -313,21 +340,45 @@ def test_a_rolling_restart_under_acks_all_load_loses_no_acknowledged_record(slui
     finally:
         stop.set()
         writer.join(120)
+        reader.join(120)
     assert produced and not failed, (produced, failed[:5])
     assert len(acked) == produced[0] > 1000, (len(acked), produced)
+    assert not [e for e in read_errors if e.fatal() or not e.retriable() and e.code() >= 0], read_errors[:5]
+    unread = set(acked.values()) - read
+    assert not unread, "the consumer never read %d acknowledged records, e.g. %s" % (len(unread), sorted(unread)[:3])
 
     got = consume_partitions(c.bootstrap, topic, partitions, expect=len(acked))
-    for p, records in got.items():
-        values = [int(r["value"]) for r in records]
-        assert values == sorted(set(values)), "partition %d: duplicated or reordered values" % p
-        at = {r["offset"]: r["value"] for r in records}
-        lost = [(o, v) for (q, o), v in acked.items() if q == p and at.get(o) != v]
-        assert not lost, "partition %d: %d acknowledged records missing or changed, first %s" % (p, len(lost), sorted(lost)[:3])
+    assert not anomalies(acked, got)
     assert sum(len(r) for r in got.values()) == len(acked)
 
     # Leadership piled up on the brokers restarted last; the rebalance gives it back.
     wait_until("every partition to be led by its preferred replica",
                lambda: all(leader == replicas[0] for leader, replicas, _ in describe(c.bootstrap, topic).values()))
+
+    # The check above is not vacuous: with the first five records of partition 0 deleted, it
+    # finds them lost.
+    spec = c.workdir / "delete.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": 5}]}))
+    tool("DeleteRecordsCommand", "--bootstrap-server", c.bootstrap, "--offset-json-file", str(spec))
+    found = anomalies(acked, consume_partitions(c.bootstrap, topic, partitions, expect=len(acked) - 5))
+    assert found == ["partition 0: 5 acknowledged records missing or changed, first %s" % sorted(
+        (o, v) for (q, o), v in acked.items() if q == 0 and o < 5)[:3]], found
+
+
+def anomalies(acked, got):
+    """What a read of every partition (`got`, as consume_partitions returns it) shows wrong
+    against what the producer had acknowledged (`acked`: (partition, offset) -> value): lost or
+    changed records, and duplicated or reordered values (the producer wrote increasing values)."""
+    found = []
+    for p, records in sorted(got.items()):
+        values = [int(r["value"]) for r in records]
+        if values != sorted(set(values)):
+            found.append("partition %d: duplicated or reordered values" % p)
+        at = {r["offset"]: r["value"] for r in records}
+        lost = sorted((o, v) for (q, o), v in acked.items() if q == p and at.get(o) != v)
+        if lost:
+            found.append("partition %d: %d acknowledged records missing or changed, first %s" % (p, len(lost), lost[:3]))
+    return found
 
 
 def test_kafka_leader_election_gives_partitions_back_to_their_preferred_replicas(sluice_cluster):
