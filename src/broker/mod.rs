@@ -130,6 +130,8 @@ pub struct Broker {
     /// Log start offsets read from `log-start-offset-checkpoint` at startup, applied as
     /// partitions open (DeleteRecords must survive a restart).
     start_offsets: Mutex<HashMap<(String, i32), i64>>,
+    /// High watermarks from `replication-offset-checkpoint`, taken by partitions as they open.
+    high_watermarks: Mutex<HashMap<(String, i32), i64>>,
     /// Serialises checkpoint writers (retention task, DeleteRecords, shutdown).
     checkpoint_lock: Mutex<()>,
     /// Traffic counters, connection count and the group view behind `/metrics`.
@@ -160,6 +162,8 @@ const DYNAMIC_DEFAULT_ENTITY: &str = "<default>";
 /// Kafka's per-log-dir checkpoint file names.
 const LOG_START_CHECKPOINT: &str = "log-start-offset-checkpoint";
 const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
+/// Each partition's high watermark (read back only by a cluster member: see `open_partition`).
+const REPLICATION_CHECKPOINT: &str = "replication-offset-checkpoint";
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -211,6 +215,7 @@ impl Broker {
             advertised: RwLock::new(Vec::new()),
             groups: Arc::new(crate::group::Groups::new(group_config)),
             start_offsets: Mutex::new(HashMap::new()),
+            high_watermarks: Mutex::new(HashMap::new()),
             checkpoint_lock: Mutex::new(()),
             metrics: Arc::default(),
             cluster: std::sync::OnceLock::new(),
@@ -407,8 +412,16 @@ impl Broker {
                 }
             },
         }
-        let partition = Partition::new(topic.clone(), p, id, log, self.now_ms(), self.config.producer_id_expiration_ms);
-        Ok(Arc::new(partition.map_err(wrap)?))
+        let partition = Partition::new(topic.clone(), p, id, log, self.now_ms(), self.config.producer_id_expiration_ms).map_err(wrap)?;
+        // In a cluster the log may end past what the in-sync replicas had: consumers read only
+        // to the checkpointed high watermark until followers' fetches (or the leader's) move it.
+        // A single node is its own ISR, so its high watermark is its log end.
+        if let Some(hw) = self.high_watermarks.lock().remove(&(topic.to_string(), p)) {
+            if self.config.is_cluster_member() {
+                partition.restore_high_watermark(hw);
+            }
+        }
+        Ok(Arc::new(partition))
     }
 
     /// Creates partitions `first..count` of a topic, the highest one first and durably (see
@@ -704,16 +717,18 @@ impl Broker {
     }
 
     fn read_start_offsets(&self) {
-        let mut map = self.start_offsets.lock();
-        for dir in &self.config.log_dirs {
-            let path = dir.join(LOG_START_CHECKPOINT);
-            match log::checkpoint::read_offset_checkpoint(&path) {
-                Ok(entries) => {
-                    for (t, p, o) in entries {
-                        map.insert((t, p), o);
+        for (name, map) in [(LOG_START_CHECKPOINT, &self.start_offsets), (REPLICATION_CHECKPOINT, &self.high_watermarks)] {
+            let mut map = map.lock();
+            for dir in &self.config.log_dirs {
+                let path = dir.join(name);
+                match log::checkpoint::read_offset_checkpoint(&path) {
+                    Ok(entries) => {
+                        for (t, p, o) in entries {
+                            map.insert((t, p), o);
+                        }
                     }
+                    Err(e) => tracing::warn!(path = %path.display(), error = %error_chain(&e), "ignoring unreadable checkpoint"),
                 }
-                Err(e) => tracing::warn!(path = %path.display(), error = %error_chain(&e), "ignoring unreadable checkpoint"),
             }
         }
     }
@@ -726,15 +741,17 @@ impl Broker {
         for dir in &self.config.log_dirs {
             let mut starts = Vec::new();
             let mut ends = Vec::new();
+            let mut high_watermarks = Vec::new();
             for topic in self.all_topics() {
                 for p in &topic.partitions {
                     if p.log_dir().parent() == Some(dir.as_path()) {
                         starts.push((topic.name.to_string(), p.index, p.log_start_offset()));
                         ends.push((topic.name.to_string(), p.index, p.log_end_offset()));
+                        high_watermarks.push((topic.name.to_string(), p.index, p.high_watermark()));
                     }
                 }
             }
-            let mut files = vec![(LOG_START_CHECKPOINT, starts)];
+            let mut files = vec![(LOG_START_CHECKPOINT, starts), (REPLICATION_CHECKPOINT, high_watermarks)];
             if recovery_points {
                 files.push((RECOVERY_POINT_CHECKPOINT, ends));
             }

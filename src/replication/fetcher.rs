@@ -4,7 +4,8 @@
 //! leader's offsets, epochs and CRCs) and taking the leader's high watermark.
 //!
 //! What a response asks for, per partition (Kafka's `AbstractFetcherThread`):
-//! - records: appended ([`Partition::append_from_leader`]);
+//! - records: appended ([`Partition::append_from_leader`]); the log start moves up to the
+//!   leader's (retention and DeleteRecords there);
 //! - `DivergingEpoch {epoch, end}`: the log ends differently from the leader's after that epoch.
 //!   If this log has `epoch` too, it is truncated to the smaller of the two ends; if not, to the
 //!   end of its largest epoch below, and the next fetch checks again ([`truncation_point`]);
@@ -207,7 +208,14 @@ fn apply_response(leader: i32, partitions: &[Followed], response: FetchResponse)
                     tracing::info!(partition = ?p, leader, diverging_epoch = epoch, leader_end_offset = end, truncate_to = to, "log diverged from the leader's");
                     p.truncate_to(to, now_ms())
                 }
-                0 => p.append_from_leader(pd.records.unwrap_or_default(), pd.high_watermark).map(|_| ()),
+                0 => p.append_from_leader(pd.records.unwrap_or_default(), pd.high_watermark).and_then(|_| {
+                    // Retention and DeleteRecords on the leader move its log start; the copy
+                    // follows (never past its own log end).
+                    if pd.log_start_offset > p.log_start_offset() {
+                        p.delete_records_before(pd.log_start_offset)?;
+                    }
+                    Ok(())
+                }),
                 OFFSET_OUT_OF_RANGE => {
                     let leo = p.log_end_offset();
                     if leo < pd.log_start_offset {

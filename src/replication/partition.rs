@@ -208,6 +208,12 @@ impl Partition {
         })
     }
 
+    /// A restarted cluster member's high watermark from its checkpoint (at most the log end).
+    pub fn restore_high_watermark(&self, hw: i64) {
+        let hw = hw.clamp(self.log_start_offset(), self.log_end_offset());
+        self.high_watermark.store(hw, Ordering::Release);
+    }
+
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.load(Ordering::Acquire)
     }
@@ -1136,5 +1142,129 @@ mod tests {
         assert!(e.to_string().contains("injected fsync failure"), "{e}");
         assert!(matches!(p.append(idempotent_batch(7, 1, 1).into(), 0), Err(AppendError::Log(LogError::Poisoned { .. }))));
         assert!(matches!(p.sync_to(a.next_offset).await, Err(LogError::Poisoned { .. })));
+    }
+
+    /// What a follower's fetch from `offset` gets: the leader's batches to its log end.
+    fn replica_read(leader: &Partition, offset: i64) -> Bytes {
+        leader.read_slice_for_replica(offset, 1 << 20, true).unwrap().map(|r| r.slice.to_bytes().unwrap()).unwrap_or_default()
+    }
+
+    /// Fetches as a follower does until it has the leader's whole log (a read stops at the end
+    /// of a segment); returns everything it copied.
+    fn catch_up(follower: &Partition, leader: &Partition) -> Vec<u8> {
+        let mut copied = Vec::new();
+        while follower.log_end_offset() < leader.log_end_offset() {
+            let bytes = replica_read(leader, follower.log_end_offset());
+            copied.extend_from_slice(&bytes);
+            follower.append_from_leader(bytes, leader.high_watermark()).unwrap();
+        }
+        copied
+    }
+
+    #[test]
+    fn a_follower_copies_the_leaders_batches_byte_for_byte_with_their_producer_state() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = open_at(a.path(), 2_000);
+        let follower = open_at(b.path(), 2_000);
+        leader.become_leader(1, 3, 0, vec![1, 2], vec![1, 2], 2_000);
+        follower.become_follower(1, 3);
+        for seq in 0..4 {
+            leader.append(idempotent_batch(7, seq * 2, 2).into(), 2_000).unwrap();
+        }
+        // Follower 2 has fetched nothing: the high watermark waits for it.
+        assert_eq!((leader.log_end_offset(), leader.high_watermark()), (8, 0));
+        let copied = catch_up(&follower, &leader);
+        assert_eq!(follower.log_end_offset(), 8);
+        let mut again = Vec::new();
+        let mut at = 0;
+        while at < 8 {
+            let b = replica_read(&follower, at);
+            at = BatchIter::new(&b).flatten().last().unwrap().0.next_offset();
+            again.extend_from_slice(&b);
+        }
+        assert_eq!(again, copied, "same bytes: offsets, epochs, CRCs");
+        assert_eq!(follower.latest_epoch(), Some(3));
+        // Its next fetch says it has everything: the leader's high watermark moves, and the
+        // follower takes it with the next response.
+        assert!(leader.follower_fetched(2, 10, 8, 2_100));
+        assert_eq!(leader.high_watermark(), 8);
+        follower.append_from_leader(Bytes::new(), leader.high_watermark()).unwrap();
+        assert_eq!(follower.high_watermark(), 8);
+        // Taking over, the follower knows producer 7: a retry of its last batch is a duplicate.
+        follower.become_leader(2, 4, 1, vec![1, 2], vec![2], 2_200);
+        let dup = follower.append(idempotent_batch(7, 6, 2).into(), 2_200).unwrap();
+        assert_eq!((dup.base_offset, dup.records), (6, 0));
+        assert!(!leader.follower_fetched(9, 1, 8, 2_300), "not a replica");
+    }
+
+    #[test]
+    fn a_truncated_follower_forgets_the_batches_it_dropped() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = open_at(a.path(), 2_000);
+        let follower = open_at(b.path(), 2_000);
+        for seq in 0..4 {
+            leader.append(idempotent_batch(7, seq * 2, 2).into(), 2_000).unwrap();
+        }
+        catch_up(&follower, &leader);
+        follower.append_from_leader(Bytes::new(), 8).unwrap();
+        assert_eq!(follower.high_watermark(), 8);
+        follower.truncate_to(4, 2_000).unwrap();
+        assert_eq!((follower.log_end_offset(), follower.high_watermark()), (4, 4));
+        // Sequences 4.. are no longer in its producer state: the batch at sequence 4 is new.
+        let again = follower.append(idempotent_batch(7, 4, 2).into(), 2_000).unwrap();
+        assert_eq!((again.base_offset, again.records), (4, 2));
+        // Behind the leader's log start: emptied, starting there.
+        follower.restart_at(100).unwrap();
+        assert_eq!((follower.log_start_offset(), follower.log_end_offset(), follower.high_watermark()), (100, 100, 100));
+    }
+
+    #[test]
+    fn a_checkpointed_high_watermark_is_kept_within_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open_at(dir.path(), 2_000);
+        for seq in 0..3 {
+            p.append(idempotent_batch(7, seq, 1).into(), 2_000).unwrap();
+        }
+        p.restore_high_watermark(1);
+        assert_eq!(p.high_watermark(), 1);
+        p.restore_high_watermark(50);
+        assert_eq!(p.high_watermark(), 3);
+    }
+
+    #[tokio::test]
+    async fn acks_all_waits_for_the_isr_and_fails_when_leadership_moves_or_time_runs_out() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let p = Arc::new(open_at(dir.path(), 2_000));
+        p.update_config(LogConfig { segment_bytes: 4096, min_insync_replicas: 2, ..LogConfig::default() });
+        p.become_leader(1, 1, 0, vec![1, 2, 3], vec![1, 2, 3], 2_000);
+        assert!(p.has_min_isr());
+        let end = p.append(idempotent_batch(7, 0, 1).into(), 2_000).unwrap().next_offset;
+        let waiting = {
+            let p = p.clone();
+            tokio::spawn(async move { p.wait_replicated(end, Duration::from_secs(30)).await })
+        };
+        p.follower_fetched(2, 10, end, 2_100);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "follower 3 has not fetched it");
+        p.follower_fetched(3, 11, end, 2_100);
+        assert_eq!(waiting.await.unwrap(), Ok(()));
+
+        let end = p.append(idempotent_batch(7, 1, 1).into(), 2_000).unwrap().next_offset;
+        assert_eq!(p.wait_replicated(end, Duration::from_millis(20)).await, Err(ReplicationWait::TimedOut));
+        // The ISR shrinks below min.insync.replicas while a produce waits.
+        let waiting = {
+            let p = p.clone();
+            tokio::spawn(async move { p.wait_replicated(end, Duration::from_secs(30)).await })
+        };
+        p.become_leader(1, 1, 1, vec![1, 2, 3], vec![1], 2_200);
+        assert_eq!(waiting.await.unwrap(), Err(ReplicationWait::NotEnoughReplicasAfterAppend));
+        assert!(!p.has_min_isr());
+        let waiting = {
+            let p = p.clone();
+            tokio::spawn(async move { p.wait_replicated(end, Duration::from_secs(30)).await })
+        };
+        p.become_follower(2, 2);
+        assert_eq!(waiting.await.unwrap(), Err(ReplicationWait::NotLeader));
     }
 }

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from conftest import free_port, sluice_bin
-from kafkautil import admin, consume_partitions, consumer, kafka_tool, make_records, produce_all, producer, unique
+from kafkautil import admin, consume_partitions, consumer, kafka_tool, make_records, produce_all, producer, unique, watermarks
 
 tool = kafka_tool
 
@@ -363,6 +363,13 @@ def test_a_rolling_restart_under_acks_all_load_loses_no_acknowledged_record(slui
     found = anomalies(acked, consume_partitions(c.bootstrap, topic, partitions, expect=len(acked) - 5))
     assert found == ["partition 0: 5 acknowledged records missing or changed, first %s" % sorted(
         (o, v) for (q, o), v in acked.items() if q == 0 and o < 5)[:3]], found
+    # The followers moved their log start with the leader's: the records stay deleted when
+    # another replica leads.
+    leader = describe(c.bootstrap, topic)[0][0]
+    assert c.sigterm(leader) == 0
+    others = ",".join("127.0.0.1:%d" % port for node, port in c.ports.items() if node != leader)
+    wait_until("partition 0 to have another leader", lambda: describe(others, topic)[0][0] not in (-1, leader))
+    assert watermarks(others, topic, 1)[0][0] == 5
 
 
 def anomalies(acked, got):
