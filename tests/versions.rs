@@ -111,6 +111,22 @@ fn every_advertised_version_answers_a_typical_request() {
             assert_eq!(p.offset, expected, "ListOffsets v{v} ts {ts}");
         }
     }
+    let produced = versions(ApiKey::Produce).filter(|v| !is_refused(ApiKey::Produce, *v)).count() as i64;
+    for v in versions(ApiKey::OffsetForLeaderEpoch) {
+        for (current, asked, want) in [(-1, 0, (0, 0, produced)), (0, 0, (0, 0, produced)), (5, 0, (75, -1, -1)), (-1, 7, (0, -1, -1))] {
+            let req = OffsetForLeaderEpochRequest::default().with_topics(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default().with_topic(name("t2")).with_partitions(vec![
+                    offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(current)
+                        .with_leader_epoch(asked),
+                ]),
+            ]);
+            let r = c.call(&req, v);
+            let p = &r.topics[0].partitions[0];
+            assert_eq!((p.error_code, p.leader_epoch, p.end_offset), want, "OffsetForLeaderEpoch v{v} current {current} epoch {asked}");
+        }
+    }
     for v in versions(ApiKey::InitProducerId) {
         let r = c.call(&InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60000), v);
         assert_eq!(r.error_code, 0, "InitProducerId v{v}");

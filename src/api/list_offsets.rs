@@ -1,9 +1,9 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), and offset
 //! by timestamp. Latest is the high watermark (the LSO for read_committed, equal without
-//! transactions).
+//! transactions). OffsetForLeaderEpoch: where a leader epoch ends in the log.
 
 use kafka_protocol::messages::list_offsets_response::*;
-use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use kafka_protocol::ResponseError;
 
 use super::RequestContext;
@@ -36,6 +36,29 @@ fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), ResponseError> {
     }
 }
 
+/// The partition this broker leads, or the error for a request about it: not led here, unknown,
+/// or a client leader epoch newer (UNKNOWN_LEADER_EPOCH) or older (FENCED_LEADER_EPOCH, KIP-320)
+/// than this leader's.
+fn led_partition(
+    ctx: &RequestContext,
+    name: &str,
+    topic: Option<&crate::broker::Topic>,
+    index: i32,
+    current_leader_epoch: i32,
+) -> Result<std::sync::Arc<Partition>, ResponseError> {
+    if let Some(nl) = ctx.broker.not_leader(name, index) {
+        return Err(if nl.unknown() { ResponseError::UnknownTopicOrPartition } else { ResponseError::NotLeaderOrFollower });
+    }
+    let p = topic.and_then(|t| t.partition(index)).ok_or(ResponseError::UnknownTopicOrPartition)?;
+    if current_leader_epoch >= 0 && current_leader_epoch > p.leader_epoch() {
+        return Err(ResponseError::UnknownLeaderEpoch);
+    }
+    if current_leader_epoch >= 0 && current_leader_epoch < p.leader_epoch() {
+        return Err(ResponseError::FencedLeaderEpoch);
+    }
+    Ok(p.clone())
+}
+
 pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let broker = &ctx.broker;
     let version = ctx.api_version;
@@ -52,20 +75,11 @@ pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                         .with_partition_index(rp.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1);
-                    if let Some(nl) = broker.not_leader(&t.name.0, rp.partition_index) {
-                        let code = if nl.unknown() { ResponseError::UnknownTopicOrPartition } else { ResponseError::NotLeaderOrFollower };
-                        return resp.with_error_code(code.code());
-                    }
-                    let Some(p) = topic.as_ref().and_then(|t| t.partition(rp.partition_index)) else {
-                        return resp.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    let p = match led_partition(ctx, &t.name.0, topic.as_deref(), rp.partition_index, rp.current_leader_epoch) {
+                        Ok(p) => p,
+                        Err(code) => return resp.with_error_code(code.code()),
                     };
-                    if rp.current_leader_epoch >= 0 && rp.current_leader_epoch > p.leader_epoch() {
-                        return resp.with_error_code(ResponseError::UnknownLeaderEpoch.code());
-                    }
-                    if rp.current_leader_epoch >= 0 && rp.current_leader_epoch < p.leader_epoch() {
-                        return resp.with_error_code(ResponseError::FencedLeaderEpoch.code());
-                    }
-                    match lookup(p, rp.timestamp) {
+                    match lookup(&p, rp.timestamp) {
                         Ok((offset, ts)) => {
                             let resp = resp.with_offset(offset).with_timestamp(ts);
                             // leader_epoch exists from v4; older versions must leave the default.
@@ -83,4 +97,38 @@ pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
         })
         .collect();
     ListOffsetsResponse::default().with_topics(topics)
+}
+
+/// OffsetForLeaderEpoch (KIP-101, KIP-320): for each partition this broker leads, the largest
+/// epoch at or below the one asked for and where it ends in this log (the log end for the
+/// latest epoch), or UNDEFINED (-1, -1) where the log has no such epoch. A consumer uses it after
+/// a leader change to find out whether the log it read from was truncated; a stale
+/// `CurrentLeaderEpoch` gets FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH.
+pub async fn offset_for_leader_epoch(ctx: &RequestContext, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+    let broker = &ctx.broker;
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = broker.topic(&t.topic.0);
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|rp| {
+                    let resp = EpochEndOffset::default().with_partition(rp.partition).with_leader_epoch(-1).with_end_offset(-1);
+                    let p = match led_partition(ctx, &t.topic.0, topic.as_deref(), rp.partition, rp.current_leader_epoch) {
+                        Ok(p) => p,
+                        Err(code) => return resp.with_error_code(code.code()),
+                    };
+                    match p.end_offset_for_epoch(rp.leader_epoch) {
+                        Some((epoch, end)) => resp.with_leader_epoch(epoch).with_end_offset(end),
+                        None => resp,
+                    }
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default().with_topic(t.topic).with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
 }

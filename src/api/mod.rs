@@ -152,6 +152,7 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
         SaslHandshake => SaslHandshakeRequest,
         ListPartitionReassignments => ListPartitionReassignmentsRequest,
         ElectLeaders => ElectLeadersRequest,
+        OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
         DescribeAcls => DescribeAclsRequest,
         CreateAcls => CreateAclsRequest,
         DeleteAcls => DeleteAclsRequest,
@@ -229,6 +230,9 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
             handle_with!(ctx, body, ListPartitionReassignmentsRequest, describe::list_partition_reassignments)
         }
         ApiKey::ElectLeaders => handle_with!(ctx, body, ElectLeadersRequest, describe::elect_leaders),
+        ApiKey::OffsetForLeaderEpoch => {
+            handle_with!(ctx, body, OffsetForLeaderEpochRequest, list_offsets::offset_for_leader_epoch)
+        }
         ApiKey::DescribeAcls => handle_with!(ctx, body, DescribeAclsRequest, acls::describe_acls),
         ApiKey::CreateAcls => handle_with!(ctx, body, CreateAclsRequest, acls::create_acls),
         ApiKey::DeleteAcls => handle_with!(ctx, body, DeleteAclsRequest, acls::delete_acls),

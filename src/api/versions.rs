@@ -42,6 +42,7 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::DeleteTopics, 1, 6),
     s(ApiKey::DeleteRecords, 0, 2),
     s(ApiKey::InitProducerId, 0, 5),
+    s(ApiKey::OffsetForLeaderEpoch, 2, 4),
     s(ApiKey::DescribeAcls, 1, 3),
     s(ApiKey::CreateAcls, 1, 3),
     s(ApiKey::DeleteAcls, 1, 3),

@@ -200,6 +200,11 @@ fn apply_response(leader: i32, partitions: &[Followed], response: FetchResponse)
                 continue;
             };
             let p = &f.partition;
+            // Leadership moved while the fetch was out: what it brought is from a leader this
+            // replica no longer follows.
+            if p.is_leader() || p.leader_epoch() != f.leader_epoch {
+                continue;
+            }
             let result = match pd.error_code {
                 0 if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 => {
                     let (epoch, end) = (pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset);

@@ -312,4 +312,74 @@ mod tests {
         assert_eq!(s.high_watermark(42, 0, LAG), Some(42));
         assert_eq!(s.isr_change(42, 42, 0, LAG, |_| true), None);
     }
+
+    mod simulation {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One step of a seeded schedule: the leader appends, a follower fetches (from any offset
+        /// it may have: up to the leader's log end), time passes, or the controller takes the
+        /// ISR change the leader asks for.
+        #[derive(Debug, Clone)]
+        enum Step {
+            Append(i64),
+            Fetch { follower: usize, behind: i64 },
+            Tick(i64),
+            ApplyIsrChange,
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (1i64..50).prop_map(Step::Append),
+                (0usize..2, 0i64..100).prop_map(|(follower, behind)| Step::Fetch { follower, behind }),
+                (1i64..20_000).prop_map(Step::Tick),
+                Just(Step::ApplyIsrChange),
+            ]
+        }
+
+        proptest! {
+            /// Under any schedule the high watermark never passes what a member of the maximal
+            /// ISR has, never goes back, never exceeds the log end, the ISR always holds the
+            /// leader, and a member leaves only after the lag time without catching up.
+            #[test]
+            fn the_high_watermark_never_passes_an_in_sync_replica(steps in proptest::collection::vec(step(), 1..200)) {
+                let mut s = LeaderState::new(1, 1, 0, vec![1, 2, 3], vec![1, 2, 3], 0, 0);
+                s.min_isr = 2;
+                let (mut leo, mut now, mut hw) = (0i64, 0i64, 0i64);
+                let mut fetched = [-1i64; 2];
+                for st in steps {
+                    match st {
+                        Step::Append(n) => leo += n,
+                        Step::Fetch { follower, behind } => {
+                            // A follower never goes back (it truncates only below the HW it was told).
+                            let at = (leo - behind).max(fetched[follower]).max(0);
+                            fetched[follower] = at;
+                            s.on_fetch(follower as i32 + 2, 7, at, leo, now);
+                        }
+                        Step::Tick(ms) => now += ms,
+                        Step::ApplyIsrChange => {
+                            if let Some(change) = s.isr_change(hw, leo, now, LAG, |_| true) {
+                                let isr: Vec<i32> = change.isr.iter().map(|(b, _)| *b).collect();
+                                prop_assert!(isr.contains(&1), "the leader left its own ISR: {:?}", isr);
+                                for dropped in s.isr.iter().filter(|b| !isr.contains(b)) {
+                                    let f = s.followers[dropped];
+                                    prop_assert!(f.log_end_offset != leo && now - f.last_caught_up_ms > LAG, "dropped {} while in sync: {:?}", dropped, f);
+                                }
+                                s.set_pending(&change);
+                                let epoch = s.partition_epoch + 1;
+                                s.update(epoch, vec![1, 2, 3], isr, now);
+                            }
+                        }
+                    }
+                    if let Some(next) = s.high_watermark(leo, now, LAG) {
+                        hw = hw.max(next);
+                    }
+                    prop_assert!(hw <= leo);
+                    for member in s.maximal_isr().iter().filter(|b| **b != 1) {
+                        prop_assert!(hw <= s.followers[member].log_end_offset.max(0), "hw {} passed member {}: {:?}", hw, member, s.followers[member]);
+                    }
+                }
+            }
+        }
+    }
 }

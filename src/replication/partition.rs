@@ -288,6 +288,9 @@ impl Partition {
     /// Returns false when this broker does not lead or `replica` is not a replica.
     pub fn follower_fetched(&self, replica: i32, broker_epoch: i64, fetch_offset: i64, now_ms: i64) -> bool {
         let leo = self.log_end_offset();
+        // A follower whose log runs past this one has diverged after the log end: it counts as
+        // having the log end, no more (its fetch is answered with the divergence).
+        let fetch_offset = fetch_offset.min(leo);
         let known = match &mut *self.role.lock() {
             Role::Leader(l) => l.on_fetch(replica, broker_epoch, fetch_offset, leo, now_ms),
             Role::Follower { .. } => false,
