@@ -81,6 +81,8 @@ impl ReplicaFetchers {
     pub fn set(self: &Arc<Self>, by_leader: BTreeMap<i32, Source>) {
         let leaders: Vec<i32> = by_leader.keys().copied().collect();
         self.assignment.send_replace(Arc::new(by_leader));
+        // A task leaving removes itself under this lock (see `run`); one that ended otherwise
+        // (a panic) is replaced.
         let mut tasks = self.tasks.lock();
         tasks.retain(|_, t| !t.is_finished());
         for leader in leaders {
@@ -102,7 +104,15 @@ impl ReplicaFetchers {
     async fn run(self: Arc<Self>, leader: i32) {
         let mut conn: Option<(String, Connection)> = None;
         loop {
-            let Some(source) = self.assignment.borrow().get(&leader).cloned() else {
+            let source = self.assignment.borrow().get(&leader).cloned();
+            let Some(source) = source else {
+                // Decided under the task table's lock, so that a `set` that brings this source
+                // back either is seen here or finds the task gone and starts another.
+                let mut tasks = self.tasks.lock();
+                if self.assignment.borrow().contains_key(&leader) {
+                    continue;
+                }
+                tasks.remove(&leader);
                 tracing::debug!(leader, "no partition is followed from this broker any more");
                 return;
             };
