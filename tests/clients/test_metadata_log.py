@@ -99,12 +99,12 @@ def test_sluice_replays_a_three_node_kafka_clusters_log_through_a_broker_failure
     a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(60)
     deadline = time.time() + 60
     while True:
-        before, _ = partition_view(a, topic)
+        # The description the loop ends with: describing again may fail (None) like any call.
+        before, described = partition_view(a, topic)
         if before and len(before) == 3 and all(len(isr) == 3 for _, isr in before.values()):
             break
         assert time.time() < deadline, "the topic never had three in-sync replicas"
         time.sleep(0.5)
-    _, described = partition_view(a, topic)
     topic_id = str(described.topic_id).replace("+", "-").replace("/", "_")
     c.kill9(3)
     # Fenced after broker.session.timeout.ms (9 s): out of every ISR, leading nothing. Asked of
