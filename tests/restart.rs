@@ -240,8 +240,10 @@ fn assert_a_fetch_reads_8_mib_ahead_into_the_page_cache(c: &mut Client, log: &st
         std::thread::sleep(std::time::Duration::from_millis(20));
         pages = residency(log);
     }
+    // The read-ahead is advice the kernel may take in part (a shared machine's memory pressure
+    // or a busy device drops some pages); without it only the fetched MiB (~1/9) would be cached.
     let missing = pages[..want].iter().filter(|&&r| !r).count();
-    assert_eq!(missing, 0, "{missing} of the first {want} pages not read ahead");
+    assert!(missing * 20 < want, "{missing} of the first {want} pages not read ahead");
     // Not the whole log: the read-ahead ends some way past the fetch.
     let beyond = pages[want + 256..].iter().filter(|&&r| r).count();
     assert!(beyond * 20 < pages.len() - want, "{beyond} pages read past the read-ahead");
