@@ -129,9 +129,11 @@ impl LeaderState {
         m
     }
 
-    /// Whether acks=all may append: the ISR has at least `min.insync.replicas` members.
+    /// Whether acks=all may append: the ISR has at least `min.insync.replicas` members, or
+    /// every replica when there are fewer (Kafka 4's effective minimum ISR, KIP-966: a
+    /// partition with one replica takes acks=all whatever `min.insync.replicas` says).
     pub fn has_min_isr(&self) -> bool {
-        self.isr.len() >= self.min_isr
+        self.isr.len() >= self.min_isr.min(self.replicas.len())
     }
 
     /// A fetch from follower `replica` at `fetch_offset` while the leader's log ends at
@@ -153,9 +155,7 @@ impl LeaderState {
     /// The high watermark the followers' progress allows, or `None` while the ISR is below
     /// `min.insync.replicas` (it must not advance then).
     pub fn high_watermark(&self, leader_leo: i64, now_ms: i64, lag_ms: i64) -> Option<i64> {
-        // A partition with one replica has nobody to wait for: `min.insync.replicas` above one
-        // refuses its acks=all produces but does not hide what acks=1 wrote.
-        if self.replicas.len() > 1 && !self.has_min_isr() {
+        if !self.has_min_isr() {
             return None;
         }
         let maximal = self.maximal_isr();
@@ -238,6 +238,19 @@ mod tests {
         assert_eq!(s.high_watermark(150, 2_000, LAG), None);
         s.min_isr = 1;
         assert_eq!(s.high_watermark(150, 2_000, LAG), Some(150));
+    }
+
+    #[test]
+    fn min_insync_replicas_counts_at_most_the_replicas_there_are() {
+        let mut one = LeaderState::new(1, 0, 0, vec![1], vec![1], 100, 1_000);
+        one.min_isr = 2;
+        assert!(one.has_min_isr());
+        assert_eq!(one.high_watermark(150, 2_000, LAG), Some(150));
+        let mut two = LeaderState::new(1, 0, 0, vec![1, 2], vec![1], 100, 1_000);
+        two.min_isr = 3;
+        assert!(!two.has_min_isr());
+        two.isr = vec![1, 2];
+        assert!(two.has_min_isr());
     }
 
     #[test]
