@@ -201,17 +201,14 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         None => None,
     };
     let broker = Arc::new(tokio::task::block_in_place(|| Broker::open(config)).context("starting the broker")?);
-    // A member of a cluster: one of several voters (the quorum's voter and the active
-    // controller run beside the broker, which takes its topics from their metadata image), or
-    // a broker-only node observing the controllers' quorum.
+    // A voter (the quorum's voter and the active controller run beside the broker, which takes
+    // its topics from their metadata image; a single node is the one voter of its own quorum),
+    // or a broker-only node observing the controllers' quorum.
     let (controller, observer) = if broker.config.roles == config::Roles::Broker {
         (None, Some(observe_cluster(&broker)))
-    } else if broker.config.is_cluster_member() {
-        (Some(join_cluster(&broker).await?), None)
     } else {
-        (None, None)
+        (Some(join_cluster(&broker).await?), None)
     };
-    broker.metrics.set_startup_duration(started.elapsed());
     // Bound before the Kafka listeners so its stderr line precedes theirs (tests wait for those).
     let metrics_server = serve_metrics(&broker, metrics_handle.clone()).await?;
     let sampler = tokio::spawn(sluice::metrics::sampler::run(broker.clone(), metrics_handle));
@@ -223,12 +220,6 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             tracing::info!(spinners, window_us = broker.config.cpu_idle_poll_us, "idle polling on (cpu.idle.poll.us)");
         }
     }
-    tracing::info!(
-        cluster_id = %broker.cluster_id,
-        node_id = broker.node_id,
-        startup_ms = started.elapsed().as_millis() as u64,
-        "sluice serving"
-    );
     let retention = tokio::spawn(broker::retention::run(broker.clone()));
     let groups = tokio::spawn(sluice::group::driver::run(broker.clone()));
     let cleaner = tokio::spawn(broker::cleaner::run(broker.clone()));
@@ -250,6 +241,21 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             tokio::spawn(broker::cluster::run_isr_changes(broker.clone())),
         ]
     });
+    // A single node answers no request before its broker is registered, unfenced and its
+    // local logs follow the metadata: until then it would list no broker and place no topic.
+    // (A voter among several cannot wait: its quorum may need the nodes started after it.)
+    if let (true, Some(view)) = (broker.config.is_single_voter(), broker.cluster()) {
+        if tokio::time::timeout(SINGLE_NODE_READY_TIMEOUT, view.wait_synced()).await.is_err() {
+            tracing::warn!(timeout = ?SINGLE_NODE_READY_TIMEOUT, "the broker is not unfenced by its own controller yet; serving anyway");
+        }
+    }
+    broker.metrics.set_startup_duration(started.elapsed());
+    tracing::info!(
+        cluster_id = %broker.cluster_id,
+        node_id = broker.node_id,
+        startup_ms = started.elapsed().as_millis() as u64,
+        "sluice serving"
+    );
     // Controlled shutdown while still serving: the controller moves this broker's leaderships
     // away, and clients are told NOT_LEADER_OR_FOLLOWER and find the new leaders.
     let stop = {
@@ -366,6 +372,9 @@ fn dev_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long a single node waits for its own controller to unfence its broker before serving.
+const SINGLE_NODE_READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How long a broker's controlled shutdown waits for the controller to move its leaderships.
 const CONTROLLED_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -373,7 +382,21 @@ const CONTROLLED_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::fr
 /// the broker a member of the cluster they keep.
 async fn join_cluster(broker: &Arc<Broker>) -> anyhow::Result<sluice::cluster::node::ControllerNode> {
     let config = &broker.config;
-    let node = sluice::cluster::node::ControllerNode::start(config, &broker.cluster_id)
+    // Topics a single node made before this node was a voter go into the new metadata log.
+    // Only a one-voter quorum takes them: with several voters another one may write the log's
+    // first records, whose image would not have these topics (and their logs would go).
+    let new_log = !config.metadata_log_dir.join("__sluice_metadata").exists();
+    let imported = if new_log { sluice::broker::cluster::local_state_records(broker) } else { Vec::new() };
+    let topics = broker.all_topics().len();
+    anyhow::ensure!(
+        !new_log || topics == 0 || config.is_single_voter(),
+        "the log dirs hold {topics} topics made outside a metadata quorum (a single-node sluice's or Kafka's), and this \
+         node starts a new quorum of {} voters: start it first as the only voter (controller.quorum.voters={}@<host>:<port>) \
+         so that its topics enter the metadata log, and add brokers (process.roles=broker) after",
+        config.quorum_voters.len(),
+        config.node_id
+    );
+    let node = sluice::cluster::node::ControllerNode::start(config, &broker.cluster_id, imported)
         .await
         .context("starting the metadata quorum voter")?;
     let quorum = node.quorum().clone();
@@ -383,12 +406,16 @@ async fn join_cluster(broker: &Arc<Broker>) -> anyhow::Result<sluice::cluster::n
     };
     let image = sluice::cluster::quorum::MetadataQuorum::image(&*quorum);
     let voters = {
-        let v = config.quorum_voters.clone();
+        let v = node.voters().clone();
         Box::new(move |id| v.get(&id).cloned())
     };
     let view = sluice::cluster::view::ClusterView::new(config.node_id, image, leader, voters, client_listener(config));
     broker.join_cluster(Arc::new(view));
-    tracing::info!(voters = ?config.quorum_voters, "member of a cluster: topics and leaders come from the metadata quorum");
+    if config.is_single_voter() {
+        tracing::info!("a single node: the one voter of its own metadata quorum");
+    } else {
+        tracing::info!(voters = ?config.quorum_voters, "member of a cluster: topics and leaders come from the metadata quorum");
+    }
     Ok(node)
 }
 
@@ -437,7 +464,7 @@ async fn serve_controller(config: BrokerConfig) -> anyhow::Result<()> {
     let cluster_id = tokio::task::block_in_place(|| sluice::metadata::load_or_format(&config.log_dirs, config.node_id))
         .context("reading the log dirs' meta.properties")?;
     let node = Arc::new(
-        sluice::cluster::node::ControllerNode::start(&config, &cluster_id).await.context("starting the metadata quorum voter")?,
+        sluice::cluster::node::ControllerNode::start(&config, &cluster_id, Vec::new()).await.context("starting the metadata quorum voter")?,
     );
     let metrics_server = match &config.metrics_listener {
         Some(l) => match sluice::metrics::http::bind(&l.addr).await {

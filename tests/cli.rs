@@ -447,3 +447,62 @@ fn dev_cluster_starts_one_cluster_of_three_nodes_and_stops_them_all_on_sigterm()
         assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "port {port} still served after the stop");
     }
 }
+
+/// A single node's data dir holds topics outside any metadata quorum until its first start as
+/// the one voter of its own quorum, which writes them into the new metadata log. Started
+/// instead as one voter of several, whose log another voter may begin, it is refused: the
+/// topics would be missing from that log and their logs removed.
+#[test]
+fn a_single_nodes_topics_are_refused_into_a_new_quorum_of_several_voters_and_kept_by_its_own() {
+    use kafka_protocol::messages::{create_topics_request::CreatableTopic, CreateTopicsRequest, MetadataRequest};
+    let topics = |b: &common::Broker| -> Vec<String> {
+        let md = b.connect().call(&MetadataRequest::default().with_topics(None), 12);
+        md.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect()
+    };
+    let dir = {
+        let _serial = one_broker_at_a_time();
+        let b = common::Broker::start(&[]);
+        let created = b.connect().call(
+            &CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+                .with_name(common::topic_name("kept"))
+                .with_num_partitions(2)
+                .with_replication_factor(1)]),
+            7,
+        );
+        assert_eq!(created.topics[0].error_code, 0);
+        let dir = b.stop();
+        // A single node's first start as a voter: what a dir of an earlier release looks like.
+        std::fs::remove_dir_all(dir.path().join("data/__sluice_metadata")).unwrap();
+        dir
+    };
+    let data = dir.path().join("data");
+    let (plain, controller) = (free_port(), free_port());
+    let out = sluice(&[
+        "serve",
+        "--override",
+        &format!("log.dirs={}", data.display()),
+        "--override",
+        &format!("listeners=PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{controller}"),
+        "--override",
+        "controller.listener.names=CONTROLLER",
+        "--override",
+        "process.roles=broker,controller",
+        "--override",
+        &format!("controller.quorum.voters=1@127.0.0.1:{controller},2@127.0.0.1:1,3@127.0.0.1:2"),
+        "--override",
+        "metrics.listener=none",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("the log dirs hold 1 topics made outside a metadata quorum") && err.contains("start it first as the only voter"), "{err}");
+    assert!(!data.join("__sluice_metadata").exists(), "{err}");
+    // As the one voter of its own quorum it writes the topic into its new metadata log, which
+    // then has it after a restart too.
+    let _serial = one_broker_at_a_time();
+    let b = common::Broker::start_in(dir, &[]);
+    assert_eq!(topics(&b), vec!["kept".to_string()]);
+    let dir = b.stop();
+    assert!(dir.path().join("data/__sluice_metadata").exists());
+    let b = common::Broker::start_in(dir, &[]);
+    assert_eq!(topics(&b), vec!["kept".to_string()]);
+}

@@ -115,6 +115,43 @@ pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) -> B
     follow
 }
 
+/// What the log dirs hold outside any metadata log, as the records that put it into a new one:
+/// a single-node sluice's (or a single-node Kafka's, imported at open) topics with their ids,
+/// every partition led by this broker as its only replica at the leader epoch its log reached,
+/// the topics' config overrides, the dynamic broker configs (cluster default and this broker's)
+/// and the producer-id mark no id was handed out beyond. The active controller writes them
+/// after the bootstrap records of an empty log (`cluster::driver`), so a single node that
+/// becomes a one-voter quorum keeps everything; without them, the first image would lack the
+/// topics and `sync_topics` would remove their logs.
+pub fn local_state_records(broker: &Broker) -> Vec<crate::cluster::records::VersionedRecord> {
+    use crate::cluster::records::{versioned, MetadataRecord, Partition, VersionedRecord};
+    let me = broker.node_id;
+    let mut out = Vec::new();
+    fn config(resource_type: i8, resource_name: &str, configs: BTreeMap<String, String>) -> impl Iterator<Item = VersionedRecord> + '_ {
+        configs.into_iter().map(move |(name, value)| {
+            versioned(MetadataRecord::Config { resource_type, resource_name: resource_name.to_string(), name, value: Some(value) })
+        })
+    }
+    for topic in broker.all_topics() {
+        out.push(versioned(MetadataRecord::Topic { name: topic.name.to_string(), topic_id: topic.id }));
+        for p in &topic.partitions {
+            let epoch = p.leader_epoch().max(p.latest_epoch().unwrap_or(0));
+            let mut record = Partition::new(topic.id, p.index, vec![me]);
+            record.leader_epoch = epoch;
+            out.push(versioned(MetadataRecord::Partition(record)));
+        }
+        out.extend(config(TOPIC_RESOURCE, &topic.name, topic.overrides.clone()));
+    }
+    let (cluster_default, own) = broker.dynamic_broker_configs();
+    out.extend(config(BROKER_RESOURCE, "", cluster_default));
+    out.extend(config(BROKER_RESOURCE, &me.to_string(), own));
+    let next_producer_id = broker.producer_ids.lock().high_mark();
+    if next_producer_id > 0 {
+        out.push(versioned(MetadataRecord::ProducerIds { broker_id: me, broker_epoch: -1, next_producer_id }));
+    }
+    out
+}
+
 /// Asks the controller for the ISR changes the partitions this broker leads want (lagging
 /// followers out, caught-up ones in), in one AlterPartition. A partition whose change is
 /// refused may propose again at the next round; one that is taken shows in the image.
@@ -238,6 +275,7 @@ pub async fn run(broker: Arc<Broker>) {
             // A panic here is a bug; the join error is logged and the loop goes on.
             Err(e) => tracing::error!(error = %e, "syncing local topics with the metadata image failed"),
         }
+        view.mark_synced(image.offset, caught_up);
         synced_caught_up |= caught_up;
         // Until the first pass as caught up, look again every so often: catching up is not an
         // image change of its own.
@@ -246,7 +284,13 @@ pub async fn run(broker: Arc<Broker>) {
                 return;
             }
         } else {
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), images.changed()).await;
+            let wait = async {
+                tokio::select! {
+                    _ = images.changed() => {}
+                    _ = view.wait_caught_up() => {}
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), wait).await;
         }
     }
 }

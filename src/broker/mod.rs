@@ -413,9 +413,9 @@ impl Broker {
             },
         }
         let partition = Partition::new(topic.clone(), p, id, log, self.now_ms(), self.config.producer_id_expiration_ms).map_err(wrap)?;
-        // In a cluster the log may end past what the in-sync replicas had: consumers read only
-        // to the checkpointed high watermark until followers' fetches (or the leader's) move it.
-        // A single node is its own ISR, so its high watermark is its log end.
+        // The log may end past what the in-sync replicas had: consumers read only to the
+        // checkpointed high watermark until followers' fetches (or the leader's) move it. (A
+        // partition with one replica moves it to its log end as soon as it leads.)
         if let Some(hw) = self.high_watermarks.lock().remove(&(topic.to_string(), p)) {
             if self.config.is_cluster_member() {
                 partition.restore_high_watermark(hw);
@@ -571,7 +571,8 @@ impl Broker {
         Ok((partitions, rf))
     }
 
-    /// The cluster this broker is a member of; `None` for a single node.
+    /// The cluster this broker is a member of (a single node's too: the one voter of its own
+    /// quorum); `None` only before [`Broker::join_cluster`], and in unit tests of this layer.
     pub fn cluster(&self) -> Option<&Arc<crate::cluster::view::ClusterView>> {
         self.cluster.get()
     }

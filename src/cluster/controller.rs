@@ -42,7 +42,7 @@ use super::image::{MetadataImage, BROKER_RESOURCE, TOPIC_RESOURCE};
 use super::placement::{self, PlacementBroker, Start};
 use super::records::{
     BrokerRegistrationChange, Endpoint, MetadataRecord, Partition, PartitionChange, RegisterBroker, SupportedFeature,
-    VersionedRecord,
+    versioned, VersionedRecord,
 };
 
 /// A refusal, with the Kafka error code the client gets and its message.
@@ -89,10 +89,6 @@ pub mod codes {
 /// Producer ids per AllocateProducerIds answer (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
-fn versioned(record: MetadataRecord) -> VersionedRecord {
-    let version = MetadataRecord::max_version(record.api_key()).unwrap_or(0);
-    VersionedRecord { version, record }
-}
 
 /// A broker's registration request.
 #[derive(Debug, Clone, PartialEq, Eq)]

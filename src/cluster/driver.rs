@@ -48,6 +48,9 @@ struct Leading {
 pub struct ActiveController<Q> {
     quorum: Arc<Q>,
     registration: RegisterController,
+    /// What the log dirs held before this metadata log existed (a single node's topics and
+    /// configs), written with the bootstrap records of an empty log.
+    imported: Vec<VersionedRecord>,
     session_timeout_ms: i64,
     /// `auto.leader.rebalance.enable`: every this many ms, with this imbalance percentage.
     rebalance: Option<(i64, i64)>,
@@ -61,12 +64,21 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         ActiveController {
             quorum,
             registration,
+            imported: Vec::new(),
             session_timeout_ms,
             rebalance: None,
             last_rebalance_ms: std::sync::atomic::AtomicI64::new(0),
             started: Instant::now(),
             state: Mutex::new(Leading { term: None, core: Controller::new(session_timeout_ms) }),
         }
+    }
+
+    /// Writes `records` after the bootstrap records of an empty log, once: what the log dirs held
+    /// before they joined a metadata quorum (see `broker::cluster::local_state_records`). A log
+    /// that already has its bootstrap records ignores them.
+    pub fn with_imported(mut self, records: Vec<VersionedRecord>) -> ActiveController<Q> {
+        self.imported = records;
+        self
     }
 
     /// Gives partitions back to their preferred leaders every `interval_ms` where a broker's
@@ -96,7 +108,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
             self.quorum.leader_caught_up().await.map_err(refusal)?;
             // An empty log gets its bootstrap records before any other decision, so they are
             // always its first records (and no broker epoch is 0).
-            let missing = bootstrap(&self.image(), &self.registration);
+            let missing = bootstrap(&self.image(), &self.registration, &self.imported);
             if !missing.is_empty() {
                 self.propose(missing).await?;
             }
@@ -251,7 +263,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
     pub async fn tick(&self) -> bool {
         let Ok(mut state) = self.lead().await else { return false };
         let image = self.image();
-        let mut records = bootstrap(&image, &self.registration);
+        let mut records = bootstrap(&image, &self.registration, &self.imported);
         records.extend(state.core.expire_sessions(&image, self.now_ms()));
         if !records.is_empty() {
             if let Err(e) = self.propose(records).await {
@@ -305,14 +317,19 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
 /// How often a voter without a leader says so in its log.
 pub const NO_LEADER_WARNING: Duration = Duration::from_secs(5);
 
-/// What an empty log lacks: the `metadata.version` level and this controller's registration.
-fn bootstrap(image: &MetadataImage, registration: &RegisterController) -> Vec<VersionedRecord> {
+/// What an empty log lacks: the `metadata.version` level (with `imported`, what the log dirs
+/// held before) and this controller's registration.
+fn bootstrap(image: &MetadataImage, registration: &RegisterController, imported: &[VersionedRecord]) -> Vec<VersionedRecord> {
     let mut out = Vec::new();
     if !image.features.contains_key("metadata.version") {
         out.push(VersionedRecord {
             version: 0,
             record: MetadataRecord::FeatureLevel { name: "metadata.version".into(), feature_level: METADATA_VERSION },
         });
+        if !imported.is_empty() {
+            tracing::info!(records = imported.len(), "the metadata log is new: writing what the log dirs already hold into it");
+        }
+        out.extend(imported.iter().cloned());
     }
     if !image.controllers.contains_key(&registration.controller_id) {
         out.push(VersionedRecord { version: 0, record: MetadataRecord::RegisterController(registration.clone()) });

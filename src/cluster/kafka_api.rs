@@ -354,7 +354,24 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             Err(refusal) => return ElectLeadersResponse::default().with_error_code(refusal.code),
         };
         let mut topics: Vec<ReplicaElectionResult> = Vec::new();
+        if asked.is_none() {
+            // Every partition asked for: as Kafka's controller answers, every topic is listed,
+            // with only the partitions an election was tried for.
+            let image = self.controller.quorum().image().borrow().clone();
+            let mut names: Vec<&String> = image.topics.values().map(|t| &t.name).collect();
+            names.sort();
+            topics = names.into_iter().map(|n| ReplicaElectionResult::default().with_topic(TopicName(str_bytes(n)))).collect();
+        }
         for e in results {
+            if let Some(t) = topics.iter_mut().find(|t| t.topic.as_str() == e.topic) {
+                t.partition_result.push(
+                    PartitionResult::default()
+                        .with_partition_id(e.partition)
+                        .with_error_code(e.code)
+                        .with_error_message((!e.message.is_empty()).then(|| str_bytes(&e.message))),
+                );
+                continue;
+            }
             let pr = PartitionResult::default()
                 .with_partition_id(e.partition)
                 .with_error_code(e.code)

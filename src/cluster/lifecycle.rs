@@ -147,7 +147,8 @@ impl BrokerLifecycle {
     pub async fn run(self: Arc<Self>) {
         let mut last_error = String::new();
         loop {
-            let outcome = if self.epoch() < 0 {
+            let registering = self.epoch() < 0;
+            let outcome = if registering {
                 self.register().await.map(|epoch| {
                     tracing::info!(epoch, incarnation = %self.incarnation, "registered with the active controller");
                     self.view.set_broker_epoch(epoch);
@@ -155,6 +156,10 @@ impl BrokerLifecycle {
             } else {
                 self.heartbeat().await.map(drop)
             };
+            // The first heartbeat follows a registration at once: it is what unfences.
+            if registering && outcome.is_ok() {
+                continue;
+            }
             match outcome {
                 Ok(()) => last_error.clear(),
                 Err(e) if e != last_error => {

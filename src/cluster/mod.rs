@@ -24,9 +24,10 @@
 //!   shutdown; [`observer`]: how a broker-only node (`process.roles=broker`) gets the image
 //!   from the active controller.
 //!
-//! A broker that is a cluster member (`crate::broker::cluster`) answers from the image and keeps
-//! its local logs in line with it. Not here yet (issue "A sluice cluster"): the single node's own
-//! files moving into the metadata log.
+//! Every broker is a cluster member (`crate::broker::cluster`): it answers from the image and
+//! keeps its local logs in line with it. A single node is the one voter of its own quorum; a data
+//! dir from before the metadata log has what it holds written into a new log at its first start
+//! (`crate::broker::cluster::local_state_records`).
 //!
 //! # Failure behaviour
 //! A record that cannot be decoded, or that does not apply to the image (a partition of an

@@ -12,6 +12,7 @@
 //! (503 with its status), so nothing reads its image as current. kill -9 at any point loses
 //! nothing that was committed: the log and vote are fsynced before they count.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -22,32 +23,48 @@ use super::driver::ActiveController;
 use super::kafka_api::{ControllerApi, VoterEndpoint};
 use super::quorum::{MetadataQuorum, QuorumError};
 use super::raft::{QuorumConfig, RaftQuorum};
-use super::records::{Endpoint as RecordEndpoint, RegisterController};
+use super::records::{Endpoint as RecordEndpoint, RegisterController, VersionedRecord};
 use crate::config::BrokerConfig;
 
 /// A running voter with its controller listener.
 pub struct ControllerNode {
     quorum: Arc<RaftQuorum>,
     watcher: tokio::task::JoinHandle<()>,
+    /// The voters' controller endpoints (`host:port`), this node's as bound.
+    voters: BTreeMap<i32, String>,
 }
+
+/// The name of a single node's own controller listener (loopback, an ephemeral port).
+pub const LOCAL_CONTROLLER_LISTENER: &str = "CONTROLLER";
 
 impl ControllerNode {
     /// Binds the controller listener and starts the voter; returns once it runs (it may not
-    /// know a leader yet).
-    pub async fn start(config: &BrokerConfig, cluster_id: &str) -> Result<ControllerNode, QuorumError> {
+    /// know a leader yet). `imported` is what the log dirs held before the metadata log
+    /// existed, written after the bootstrap records if this node writes them.
+    pub async fn start(config: &BrokerConfig, cluster_id: &str, imported: Vec<VersionedRecord>) -> Result<ControllerNode, QuorumError> {
         let dir = config.metadata_log_dir.join("__sluice_metadata");
         let io = |source| QuorumError::Storage { path: dir.clone(), source };
-        // The config check guarantees a controller listener on this node's voter port.
-        let endpoint = config
-            .listeners
-            .iter()
-            .find(|l| config.controller_listener_names.contains(&l.name))
-            .ok_or_else(|| QuorumError::Raft("no listener is named in controller.listener.names".into()))?;
+        // The config check guarantees a controller listener on this node's voter port, unless
+        // no quorum is configured at all: a single node is the one voter of its own quorum, on
+        // a loopback port of its choosing that only its broker half uses.
+        let endpoint = match config.listeners.iter().find(|l| config.controller_listener_names.contains(&l.name)) {
+            Some(e) => e.clone(),
+            None if config.quorum_voters.is_empty() => {
+                crate::config::Endpoint { name: LOCAL_CONTROLLER_LISTENER.into(), host: "127.0.0.1".into(), port: 0 }
+            }
+            None => return Err(QuorumError::Raft("no listener is named in controller.listener.names".into())),
+        };
         let host = if endpoint.host.is_empty() { "0.0.0.0" } else { endpoint.host.as_str() };
         let listener = TcpListener::bind((host, endpoint.port)).await.map_err(io)?;
         let local = listener.local_addr().map_err(io)?;
-        eprintln!("sluice controller listening on {}://{local}", endpoint.name);
-        let quorum = Arc::new(RaftQuorum::start(config.node_id, cluster_id, listener, &config.quorum_voters, &dir, QuorumConfig::default()).await?);
+        let quorum_voters = if config.quorum_voters.is_empty() {
+            tracing::debug!(addr = %local, "a single node: the one voter of its own metadata quorum");
+            BTreeMap::from([(config.node_id, local.to_string())])
+        } else {
+            eprintln!("sluice controller listening on {}://{local}", endpoint.name);
+            config.quorum_voters.clone()
+        };
+        let quorum = Arc::new(RaftQuorum::start(config.node_id, cluster_id, listener, &quorum_voters, &dir, QuorumConfig::default()).await?);
         let registration = RegisterController {
             controller_id: config.node_id,
             incarnation_id: Uuid::new_v4(),
@@ -60,7 +77,7 @@ impl ControllerNode {
             }],
             features: Vec::new(),
         };
-        let mut controller = ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms);
+        let mut controller = ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms).with_imported(imported);
         if config.auto_leader_rebalance_enable {
             controller = controller.with_leader_rebalance(
                 config.leader_imbalance_check_interval_seconds * 1000,
@@ -68,8 +85,7 @@ impl ControllerNode {
             );
         }
         let controller = Arc::new(controller);
-        let voters = config
-            .quorum_voters
+        let voters = quorum_voters
             .iter()
             .filter_map(|(id, addr)| {
                 let (host, port) = addr.rsplit_once(':')?;
@@ -86,7 +102,12 @@ impl ControllerNode {
             delete_topic_enable: config.delete_topic_enable,
         }));
         let watcher = tokio::spawn(controller.run());
-        Ok(ControllerNode { quorum, watcher })
+        Ok(ControllerNode { quorum, watcher, voters: quorum_voters })
+    }
+
+    /// The voters' controller endpoints (`host:port`), this node's as bound.
+    pub fn voters(&self) -> &BTreeMap<i32, String> {
+        &self.voters
     }
 
     /// The quorum this node is a voter of.

@@ -273,6 +273,12 @@ pub struct VersionedRecord {
     pub record: MetadataRecord,
 }
 
+/// `record` at the newest version sluice writes of its kind.
+pub fn versioned(record: MetadataRecord) -> VersionedRecord {
+    let version = MetadataRecord::max_version(record.api_key()).unwrap_or(0);
+    VersionedRecord { version, record }
+}
+
 // ------------------------------------------------------------------ flexible encoding
 
 /// Reads the flexible encoding from a borrowed buffer; every length is checked first.

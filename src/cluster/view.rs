@@ -40,7 +40,11 @@ pub struct ClusterView {
     pub client_listener: String,
     /// Set once the controller has unfenced this broker: its image has caught up with the
     /// metadata log at least to its registration.
-    caught_up: std::sync::atomic::AtomicBool,
+    caught_up: watch::Sender<bool>,
+    /// Set once the local logs have followed an image taken after `caught_up` was.
+    synced: watch::Sender<bool>,
+    /// The offset of the last image the local logs were brought in line with.
+    synced_offset: watch::Sender<i64>,
     /// This broker's epoch from its registration; -1 while not registered.
     broker_epoch: std::sync::atomic::AtomicI64,
     /// The producer ids this broker may hand out: `next..end` of the block the controller
@@ -62,7 +66,9 @@ impl ClusterView {
             leader,
             voters,
             client_listener,
-            caught_up: Default::default(),
+            caught_up: watch::Sender::new(false),
+            synced: watch::Sender::new(false),
+            synced_offset: watch::Sender::new(-1),
             broker_epoch: std::sync::atomic::AtomicI64::new(-1),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
         }
@@ -101,11 +107,42 @@ impl ClusterView {
     }
 
     pub fn is_caught_up(&self) -> bool {
-        self.caught_up.load(std::sync::atomic::Ordering::Acquire)
+        *self.caught_up.borrow()
     }
 
     pub fn mark_caught_up(&self) {
-        self.caught_up.store(true, std::sync::atomic::Ordering::Release);
+        self.caught_up.send_replace(true);
+    }
+
+    /// Returns once [`ClusterView::mark_caught_up`] was called.
+    pub async fn wait_caught_up(&self) {
+        let mut rx = self.caught_up.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    /// The local logs follow the image at `offset` (`broker::cluster::run`); `caught_up`: an
+    /// image taken once caught up.
+    pub fn mark_synced(&self, offset: i64, caught_up: bool) {
+        self.synced_offset.send_replace(offset);
+        if caught_up {
+            self.synced.send_replace(true);
+        }
+    }
+
+    /// Returns once the local logs follow the image as it is now, or after `timeout`: what an
+    /// admin request forwarded to the controller waits for, so that what it changed is what
+    /// this broker serves and describes next (the active controller beside this broker applied
+    /// the change to the image before answering).
+    async fn wait_synced_to_current(&self, timeout: Duration) {
+        let offset = self.image().offset;
+        let mut rx = self.synced_offset.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|o| *o >= offset)).await;
+    }
+
+    /// Returns once [`ClusterView::mark_synced`] was called.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
     }
 
     pub fn image(&self) -> Arc<MetadataImage> {
@@ -154,11 +191,18 @@ impl ClusterView {
     {
         let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
         let mut last = String::from("no active controller is known");
+        // Short at first: a quorum that is electing knows its leader within milliseconds.
+        let mut pause = Duration::from_millis(5);
         loop {
             if let Some(leader) = (self.leader)() {
                 match (self.voters)(leader) {
                     Some(addr) => match tokio::time::timeout_at(deadline, call(&addr, req, version)).await {
-                        Ok(Ok((resp, code))) if code != Some(NOT_CONTROLLER) => return Ok(resp),
+                        Ok(Ok((resp, code))) if code != Some(NOT_CONTROLLER) => {
+                            if ADMIN_WRITES.contains(&R::KEY) {
+                                self.wait_synced_to_current(SYNC_WAIT).await;
+                            }
+                            return Ok(resp);
+                        }
                         Ok(Ok(_)) => last = format!("controller {leader} is not the active controller"),
                         Ok(Err(e)) => last = format!("controller {leader} at {addr}: {e}"),
                         Err(_) => last = format!("controller {leader} at {addr} did not answer in time"),
@@ -169,10 +213,17 @@ impl ClusterView {
             if tokio::time::Instant::now() >= deadline {
                 return Err(last);
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 }
+
+/// Forwarded admin requests after which the broker waits to serve their outcome: CreateTopics,
+/// DeleteTopics, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs.
+const ADMIN_WRITES: &[i16] = &[19, 20, 33, 37, 43, 44];
+/// How long at most.
+const SYNC_WAIT: Duration = Duration::from_secs(5);
 
 /// One request over a fresh connection; the response and its error code where it has one.
 async fn call<R: Request>(addr: &str, req: &R, version: i16) -> std::io::Result<(R::Response, Option<i16>)>

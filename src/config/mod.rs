@@ -288,10 +288,15 @@ pub const IGNORED_KAFKA_KEYS: &[&str] = &[
 ];
 
 impl BrokerConfig {
-    /// Whether this node is one of a cluster's brokers (a broker-only node, or one of several
-    /// voters) rather than a single node.
+    /// Whether this node's broker takes its topics from a metadata quorum: every broker does (a
+    /// single node is the one voter of its own quorum); a dedicated controller has no broker.
     pub fn is_cluster_member(&self) -> bool {
-        self.roles == Roles::Broker || self.quorum_voters.len() > 1
+        self.roles != Roles::Controller
+    }
+
+    /// Whether this node is the only voter of its quorum (a single node, configured or not).
+    pub fn is_single_voter(&self) -> bool {
+        self.roles == Roles::Combined && self.quorum_voters.len() <= 1
     }
 
     /// Builds and validates a config from `(key, value)` pairs in precedence order.

@@ -1,5 +1,8 @@
-//! Cluster metadata for a single node: the cluster id (`meta.properties`), topic names and ids,
-//! and topic config overrides.
+//! The log dirs' own metadata files: the cluster id (`meta.properties`), topic names and ids,
+//! topic and dynamic broker config overrides, and a producer-id mark. The metadata log
+//! (`crate::cluster`) is the truth for all but the cluster id: the config files are the broker's
+//! copy of the log's configs, and a dir from before the metadata log (an earlier single-node
+//! release's) has its files written into a new log at its first start.
 //!
 //! What is stored where (all in the log directories, so a Kafka log dir opens as it is):
 //!
@@ -10,9 +13,8 @@
 //! <first log.dir>/sluice-producer-ids   next unallocated producer id block
 //! ```
 //!
-//! The set of topics and their partition counts is whatever partition directories exist; there is
-//! no separate list that could disagree with the data. This is the single-node stand-in for the
-//! replicated metadata log that a cluster will use.
+//! On open, the local topics and their partition counts are whatever partition directories
+//! exist; the metadata log's image then decides which stay (`crate::broker::cluster`).
 //!
 //! # Failure behaviour
 //! Files are replaced atomically (write to `.tmp`, fsync, rename, fsync the directory), so a crash
@@ -256,6 +258,11 @@ impl ProducerIdAllocator {
             self.block_end = next;
         }
         Ok(())
+    }
+
+    /// No id at or above this was handed out (the persisted end of the current block).
+    pub fn high_mark(&self) -> i64 {
+        self.block_end.max(self.next)
     }
 
     pub fn allocate(&mut self) -> Result<i64, MetadataError> {

@@ -5,11 +5,12 @@
 //! [`MAX_CONNECTIONS`] scrapes at once (more are closed at once). Prometheus and curl need nothing
 //! more, and it keeps an HTTP framework out of the broker.
 //!
-//! Routes: `/metrics` (Prometheus text format 0.0.4), `/healthz` (`ok`), anything else 404. A
+//! Routes: `/metrics` (Prometheus text format 0.0.4), `/healthz`, anything else 404. A
 //! dedicated controller (`process.roles=controller`) answers `/healthz` with its quorum status
-//! as JSON: 200 while it knows a leader, 503 while it does not. A broker in a cluster answers
-//! with its membership as JSON (`Broker::cluster_health`): 200 while it knows the active
-//! controller and is registered and unfenced, 503 otherwise.
+//! as JSON: 200 while it knows a leader, 503 while it does not. A broker (a single node too,
+//! the one voter of its own quorum) answers with its membership as JSON
+//! (`Broker::cluster_health`): 200 while it knows the active controller and is registered and
+//! unfenced, 503 otherwise.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -63,7 +63,10 @@ pub(crate) async fn ensure_offsets_topic(ctx: &RequestContext) {
         // The controller creates it, with `offsets.topic.replication.factor` replicas.
         if ctx.broker.topic_info(crate::group::OFFSETS_TOPIC).is_none() {
             let groups = ctx.broker.groups();
-            let rf = ctx.broker.config.raw.get("offsets.topic.replication.factor").and_then(|v| v.trim().parse().ok()).unwrap_or(3);
+            // Kafka's default is 3; a single node has one broker to place on, and needs no
+            // configuration to keep its groups.
+            let default_rf = if ctx.broker.config.is_single_voter() { 1 } else { 3 };
+            let rf = ctx.broker.config.raw.get("offsets.topic.replication.factor").and_then(|v| v.trim().parse().ok()).unwrap_or(default_rf);
             let created = super::topics::forward_create(
                 &ctx.broker,
                 crate::group::OFFSETS_TOPIC,
