@@ -89,7 +89,6 @@ pub mod codes {
 /// Producer ids per AllocateProducerIds answer (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
-
 /// A broker's registration request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {

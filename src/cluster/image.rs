@@ -21,6 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
@@ -89,7 +90,10 @@ pub struct MetadataImage {
     pub features: BTreeMap<String, i16>,
     pub brokers: BTreeMap<i32, BrokerRegistration>,
     pub controllers: BTreeMap<i32, ControllerRegistration>,
-    pub topics: BTreeMap<Uuid, TopicState>,
+    /// Each topic behind its own `Arc`: copying the image (once per applied batch, once per
+    /// proposal's check) copies the map, not every partition; applying a record copies only the
+    /// topic it changes, and only while an older image still shares it.
+    pub topics: BTreeMap<Uuid, Arc<TopicState>>,
     pub topic_ids: BTreeMap<String, Uuid>,
     /// `(resource type, resource name)` -> key -> value.
     pub configs: BTreeMap<(i8, String), BTreeMap<String, String>>,
@@ -210,10 +214,10 @@ impl MetadataImage {
                 self.topic_ids.insert(name.clone(), *topic_id);
                 self.topics
                     .entry(*topic_id)
-                    .or_insert_with(|| TopicState { name: name.clone(), id: *topic_id, partitions: BTreeMap::new() });
+                    .or_insert_with(|| Arc::new(TopicState { name: name.clone(), id: *topic_id, partitions: BTreeMap::new() }));
             }
             MetadataRecord::Partition(p) => {
-                let topic = self.topics.get_mut(&p.topic_id).ok_or_else(|| unknown_topic(offset, record, p.topic_id))?;
+                let topic = Arc::make_mut(self.topics.get_mut(&p.topic_id).ok_or_else(|| unknown_topic(offset, record, p.topic_id))?);
                 topic.partitions.insert(
                     p.partition_id,
                     PartitionState {
@@ -231,7 +235,7 @@ impl MetadataImage {
                 );
             }
             MetadataRecord::PartitionChange(c) => {
-                let topic = self.topics.get_mut(&c.topic_id).ok_or_else(|| unknown_topic(offset, record, c.topic_id))?;
+                let topic = Arc::make_mut(self.topics.get_mut(&c.topic_id).ok_or_else(|| unknown_topic(offset, record, c.topic_id))?);
                 let p = topic.partitions.get_mut(&c.partition_id).ok_or_else(|| {
                     inconsistent(offset, record, format!("topic {} has no partition {}", topic.name, c.partition_id))
                 })?;
@@ -240,7 +244,7 @@ impl MetadataImage {
             MetadataRecord::RemoveTopic { topic_id } => {
                 let topic = self.topics.remove(topic_id).ok_or_else(|| unknown_topic(offset, record, *topic_id))?;
                 self.topic_ids.remove(&topic.name);
-                self.configs.remove(&(TOPIC_RESOURCE, topic.name));
+                self.configs.remove(&(TOPIC_RESOURCE, topic.name.clone()));
             }
             MetadataRecord::Config { resource_type, resource_name, name, value } => {
                 let key = (*resource_type, resource_name.clone());
@@ -284,7 +288,7 @@ impl MetadataImage {
             }
             MetadataRecord::ClearElr { topic_name } => {
                 for topic in self.topics.values_mut().filter(|t| topic_name.is_empty() || t.name == *topic_name) {
-                    for p in topic.partitions.values_mut() {
+                    for p in Arc::make_mut(topic).partitions.values_mut() {
                         p.eligible_leader_replicas.clear();
                         p.last_known_elr.clear();
                     }
@@ -300,7 +304,7 @@ impl MetadataImage {
 
     /// The topic named `name`, if it exists.
     pub fn topic(&self, name: &str) -> Option<&TopicState> {
-        self.topic_ids.get(name).and_then(|id| self.topics.get(id))
+        self.topic_ids.get(name).and_then(|id| self.topics.get(id)).map(|t| &**t)
     }
 
     /// Replays a Kafka KRaft metadata log directory (`<metadata.log.dir>/__cluster_metadata-0`):

@@ -198,9 +198,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
             out.push(inner.image.offset);
         }
-        let image = inner.image.clone();
+        // One copy for readers per applied batch (the image is cloned, not shared, so that
+        // applying never waits for a reader).
+        let image = Arc::new(inner.image.clone());
         drop(inner);
-        self.publish(&image);
+        self.published.send_replace(image);
         Ok(out)
     }
 
