@@ -70,6 +70,10 @@ impl Default for QuorumConfig {
     }
 }
 
+/// How long [`RaftQuorum::start`] waits for the only voter of a quorum to lead before returning
+/// anyway (its callers retry until it does).
+const SINGLE_VOTER_ELECTION: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A voter of the metadata quorum.
 pub struct RaftQuorum {
     node_id: i32,
@@ -115,11 +119,21 @@ impl RaftQuorum {
         let server = tokio::spawn(network::serve(node_id as u64, cluster_id.to_string(), listener, raft.clone(), clients.clone(), state.subscribe()));
         let members: BTreeMap<u64, BasicNode> =
             voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
-        match raft.initialize(members).await {
-            Ok(()) => {}
-            // Already initialised (a restart), or a peer's log reached us first.
-            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-            Err(e) => return Err(QuorumError::Raft(e.to_string())),
+        // A restarted voter's log already holds the membership (openraft would refuse, and log
+        // an error, if asked again).
+        let initialized = raft.is_initialized().await.map_err(|e| QuorumError::Raft(e.to_string()))?;
+        if !initialized {
+            match raft.initialize(members).await {
+                Ok(()) => {}
+                // A peer's log reached us first.
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(QuorumError::Raft(e.to_string())),
+            }
+        }
+        // The only voter elects itself at once (or, restarted, resumes leading); waiting for it
+        // here spares the broker beside it a retry pause before its registration.
+        if voters.len() == 1 && voters.contains_key(&node_id) {
+            let _ = raft.wait(Some(SINGLE_VOTER_ELECTION)).current_leader(node_id as u64, "the only voter leads").await;
         }
         Ok(RaftQuorum { node_id, raft, state, server, clients, acks })
     }
