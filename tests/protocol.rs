@@ -365,6 +365,52 @@ fn create_topics_rejects_bad_names_duplicates_and_replication_factor() {
 }
 
 #[test]
+fn one_create_topics_request_makes_every_good_topic_beside_the_refused_ones_and_each_is_served_at_once() {
+    let b = Broker::start(&[]);
+    let mut c = b.connect();
+    let t = |n: &str, p: i32| create_topics_request::CreatableTopic::default().with_name(name(n)).with_num_partitions(p).with_replication_factor(1);
+    let resp = c.call(&CreateTopicsRequest::default().with_topics(vec![t("g1", 3), t("bad name", 1), t("g2", 2), t("g3", 0)]), 7);
+    let got: Vec<(String, i16, i32)> = resp.topics.iter().map(|t| (t.name.0.to_string(), t.error_code, t.num_partitions)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("g1".to_string(), 0, 3),
+            ("bad name".to_string(), ResponseError::InvalidTopicException.code(), -1),
+            ("g2".to_string(), 0, 2),
+            ("g3".to_string(), ResponseError::InvalidPartitions.code(), -1),
+        ]
+    );
+    let meta = c.call(
+        &MetadataRequest::default().with_topics(Some(
+            ["g1", "g2"].iter().map(|n| metadata_request::MetadataRequestTopic::default().with_name(Some(name(n)))).collect(),
+        )),
+        12,
+    );
+    for (topic, partitions) in meta.topics.iter().zip([3, 2]) {
+        assert_eq!(topic.error_code, 0);
+        assert_eq!(topic.partitions.len(), partitions);
+        assert!(topic.partitions.iter().all(|p| p.error_code == 0 && p.leader_id.0 == 1), "{topic:?}");
+    }
+    assert_eq!(produce(&mut c, "g2", 1, records(3, -1, 0), 1).error_code, 0);
+}
+
+#[test]
+fn metadata_for_an_unknown_topic_creates_it_and_answers_with_its_partitions() {
+    let b = Broker::start(&["num.partitions=2"]);
+    let mut c = b.connect();
+    let req = MetadataRequest::default()
+        .with_allow_auto_topic_creation(true)
+        .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(name("made-on-ask")))]));
+    let meta = c.call(&req, 12);
+    let topic = &meta.topics[0];
+    // Kafka answers LEADER_NOT_AVAILABLE while it creates the topic (clients ask again, librdkafka
+    // a second later); the topic exists once the answer is written, so it is the answer.
+    assert_eq!(topic.error_code, 0, "{topic:?}");
+    assert_eq!(topic.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect::<Vec<_>>(), vec![(0, 1), (1, 1)]);
+    assert_eq!(produce(&mut c, "made-on-ask", 1, records(2, -1, 0), 1).error_code, 0);
+}
+
+#[test]
 fn fetch_long_poll_is_woken_by_an_append() {
     let b = Broker::start(&[]);
     let mut c = b.connect();

@@ -91,12 +91,20 @@ pub async fn handle(ctx: &RequestContext, req: MetadataRequest) -> MetadataRespo
                 let error = if crate::metadata::validate_topic_name(&name).is_err() {
                     ResponseError::InvalidTopicException
                 } else if auto_create && broker.cluster().is_some() {
-                    // The controller creates it; clients retry on LEADER_NOT_AVAILABLE, as
-                    // with Kafka, until this broker's image has it.
+                    // The controller creates it, and this broker waits until its image has it
+                    // (as after any forwarded CreateTopics). Kafka answers LEADER_NOT_AVAILABLE
+                    // for a topic it is creating and clients retry, librdkafka only a second
+                    // later; where the image already has the topic, it is returned at once.
                     if let Err(e) = super::topics::forward_create(broker, &name, -1, -1, Default::default()).await {
                         tracing::warn!(topic = %name, error = %e, "auto-creating topic failed");
                     }
-                    ResponseError::LeaderNotAvailable
+                    match broker.topic_info(&name) {
+                        Some(t) => {
+                            topics.push(topic_response(&t, include_ops));
+                            continue;
+                        }
+                        None => ResponseError::LeaderNotAvailable,
+                    }
                 } else if auto_create {
                     let (b, n) = (broker.clone(), name.clone());
                     match super::off_runtime(move || b.create_topic(&n, -1, -1, Default::default())).await {

@@ -40,6 +40,8 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
         *seen.entry(t.name.0.to_string()).or_default() += 1;
     }
     let mut results = Vec::with_capacity(req.topics.len());
+    // In a cluster: (index in results, the topic, its configs), for the controller.
+    let mut forwarded = Vec::new();
     for t in req.topics {
         let name = t.name.0.to_string();
         let mut result = CreatableTopicResult::default()
@@ -77,10 +79,13 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                 continue;
             }
         }
-        let outcome = if broker.cluster().is_some() {
-            let one = CreateTopicsRequest::default().with_topics(vec![t.clone()]).with_validate_only(req.validate_only).with_timeout_ms(req.timeout_ms);
-            forward_creation(broker, one).await
-        } else if req.validate_only {
+        if broker.cluster().is_some() {
+            // Forwarded together below, in one request.
+            forwarded.push((results.len(), t, configs));
+            results.push(result);
+            continue;
+        }
+        let outcome = if req.validate_only {
             broker.check_create(&name, partitions, rf, &configs).map(|(p, r)| (p, r, None)).map_err(topic_failure)
         } else {
             let (b, n, c) = (broker.clone(), name.clone(), configs.clone());
@@ -89,36 +94,50 @@ pub async fn create_topics(ctx: &RequestContext, req: CreateTopicsRequest) -> Cr
                 .map(|t| (t.partitions.len() as i32, 1, Some(t.id)))
                 .map_err(topic_failure)
         };
-        match outcome {
-            Ok((p, r, id)) => {
-                result.num_partitions = p;
-                result.replication_factor = r;
-                if let Some(id) = id {
-                    result.topic_id = id;
-                }
-                // v5+ echoes the topic's configs; older versions have no such field.
-                let effective = crate::config::topic::effective(&broker.topic_defaults(), &configs);
-                result.configs = (ctx.api_version >= 5).then(|| {
-                    effective
-                        .iter()
-                        .filter(|(k, v)| crate::config::topic::listed(k, v))
-                        .map(|(k, v)| {
-                            CreatableTopicConfigs::default()
-                                .with_name(str_bytes(k))
-                                .with_value(Some(str_bytes(v)))
-                                .with_config_source(if configs.contains_key(k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT })
-                        })
-                        .collect()
-                });
-            }
-            Err((code, message)) => {
-                result.error_code = code;
-                result.error_message = Some(str_bytes(&message));
-            }
-        }
+        created(ctx, &mut result, outcome, &configs);
         results.push(result);
     }
+    if !forwarded.is_empty() {
+        let topics = forwarded.iter().map(|(_, t, _)| t.clone()).collect();
+        let forward = CreateTopicsRequest::default().with_topics(topics).with_validate_only(req.validate_only).with_timeout_ms(req.timeout_ms);
+        let outcomes = forward_creation(broker, forward).await;
+        for ((i, _, configs), outcome) in forwarded.iter().zip(outcomes) {
+            created(ctx, &mut results[*i], outcome, configs);
+        }
+    }
     CreateTopicsResponse::default().with_topics(results)
+}
+
+/// Fills a topic's CreateTopics result from the outcome of its creation: (partitions,
+/// replication factor, topic id) or Kafka's error code and message.
+fn created(ctx: &RequestContext, result: &mut CreatableTopicResult, outcome: Result<(i32, i16, Option<uuid::Uuid>), (i16, String)>, configs: &BTreeMap<String, String>) {
+    match outcome {
+        Ok((p, r, id)) => {
+            result.num_partitions = p;
+            result.replication_factor = r;
+            if let Some(id) = id {
+                result.topic_id = id;
+            }
+            // v5+ echoes the topic's configs; older versions have no such field.
+            let effective = crate::config::topic::effective(&ctx.broker.topic_defaults(), configs);
+            result.configs = (ctx.api_version >= 5).then(|| {
+                effective
+                    .iter()
+                    .filter(|(k, v)| crate::config::topic::listed(k, v))
+                    .map(|(k, v)| {
+                        CreatableTopicConfigs::default()
+                            .with_name(str_bytes(k))
+                            .with_value(Some(str_bytes(v)))
+                            .with_config_source(if configs.contains_key(k) { SOURCE_DYNAMIC_TOPIC } else { SOURCE_DEFAULT })
+                    })
+                    .collect()
+            });
+        }
+        Err((code, message)) => {
+            result.error_code = code;
+            result.error_message = Some(str_bytes(&message));
+        }
+    }
 }
 
 fn topic_failure(e: TopicError) -> (i16, String) {
@@ -129,34 +148,46 @@ fn topic_failure(e: TopicError) -> (i16, String) {
 /// new topic, so that the client's next request finds it here.
 const CREATED_VISIBLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Sends a one-topic CreateTopics to the active controller (a cluster member's creations go
-/// there): (partitions, replication factor, topic id) or Kafka's error code and message.
-async fn forward_creation(broker: &Arc<Broker>, req: CreateTopicsRequest) -> Result<(i32, i16, Option<uuid::Uuid>), (i16, String)> {
+/// Sends CreateTopics to the active controller (a cluster member's creations go there) and
+/// waits, up to [`CREATED_VISIBLE_WAIT`], until this broker hosts what was created; for each
+/// topic of `req`, in its order: (partitions, replication factor, topic id) or Kafka's error
+/// code and message.
+async fn forward_creation(broker: &Arc<Broker>, req: CreateTopicsRequest) -> Vec<Result<(i32, i16, Option<uuid::Uuid>), (i16, String)>> {
     let view = broker.cluster().expect("called in a cluster");
     let validate_only = req.validate_only;
-    let resp = view
-        .call_controller(&req, 7)
-        .await
-        .map_err(|e| (ResponseError::RequestTimedOut.code(), format!("the active controller did not answer: {e}")))?;
-    let Some(r) = resp.topics.into_iter().next() else {
-        return Err((ResponseError::UnknownServerError.code(), "the controller answered for no topic".into()));
+    let resp = match view.call_controller(&req, 7).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let failure = (ResponseError::RequestTimedOut.code(), format!("the active controller did not answer: {e}"));
+            return req.topics.iter().map(|_| Err(failure.clone())).collect();
+        }
     };
-    if r.error_code != 0 {
-        return Err((r.error_code, r.error_message.map(|m| m.to_string()).unwrap_or_default()));
-    }
+    let mut answers: BTreeMap<String, CreatableTopicResult> = resp.topics.into_iter().map(|r| (r.name.0.to_string(), r)).collect();
+    let outcomes: Vec<_> = req
+        .topics
+        .iter()
+        .map(|t| match answers.remove(t.name.0.as_str()) {
+            None => Err((ResponseError::UnknownServerError.code(), "the controller answered nothing for this topic".to_string())),
+            Some(r) if r.error_code != 0 => Err((r.error_code, r.error_message.map(|m| m.to_string()).unwrap_or_default())),
+            Some(r) => Ok((r.num_partitions, r.replication_factor, (!validate_only).then_some(r.topic_id))),
+        })
+        .collect();
     if !validate_only {
-        let name = r.name.0.to_string();
         let deadline = tokio::time::Instant::now() + CREATED_VISIBLE_WAIT;
-        while tokio::time::Instant::now() < deadline {
-            let hosted = broker.topic_info(&name).is_some_and(|t| t.partitions.iter().all(|p| !p.replicas.contains(&broker.node_id)))
-                || broker.topic(&name).is_some_and(|t| t.id == r.topic_id);
-            if hosted {
-                break;
+        for (t, outcome) in req.topics.iter().zip(&outcomes) {
+            let Ok((_, _, Some(id))) = outcome else { continue };
+            let name = t.name.0.as_str();
+            loop {
+                let hosted = broker.topic_info(name).is_some_and(|t| t.partitions.iter().all(|p| !p.replicas.contains(&broker.node_id)))
+                    || broker.topic(name).is_some_and(|t| t.id == *id);
+                if hosted || tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
-    Ok((r.num_partitions, r.replication_factor, (!validate_only).then_some(r.topic_id)))
+    outcomes
 }
 
 /// Asks the controller to create `name` with these counts (-1: the defaults), as auto-creation
@@ -174,10 +205,12 @@ pub async fn forward_create(
         .with_num_partitions(partitions)
         .with_replication_factor(replication_factor)
         .with_configs(configs.iter().map(|(k, v)| CreatableTopicConfig::default().with_name(str_bytes(k)).with_value(Some(str_bytes(v)))).collect());
-    forward_creation(broker, CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000))
-        .await
-        .map(drop)
-        .map_err(|(code, message)| format!("error code {code}: {message}"))
+    let outcome = forward_creation(broker, CreateTopicsRequest::default().with_topics(vec![topic]).with_timeout_ms(30_000)).await.pop();
+    match outcome {
+        Some(Ok(_)) => Ok(()),
+        Some(Err((code, message))) => Err(format!("error code {code}: {message}")),
+        None => Err("no answer for the topic".to_string()),
+    }
 }
 
 /// Deleting removes the partitions' files (gigabytes of segments for a large topic), so it runs

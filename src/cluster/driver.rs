@@ -149,29 +149,69 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         Ok(reply)
     }
 
-    /// CreateTopics of one topic (defaults already resolved): the new topic's id, or nothing
-    /// written when `validate_only`.
-    pub async fn create_topic(
-        &self,
-        name: &str,
-        partitions: i32,
-        replication_factor: i16,
-        assignments: &BTreeMap<i32, Vec<i32>>,
-        configs: &BTreeMap<String, String>,
-        validate_only: bool,
-    ) -> Result<Uuid, Refusal> {
-        let state = self.lead().await?;
-        let image = self.image();
-        let records = state.core.create_topic(&image, name, partitions, replication_factor, assignments, configs, Start::random(placement_brokers(&image).len()))?;
-        let id = match records.first().map(|r| &r.record) {
-            Some(MetadataRecord::Topic { topic_id, .. }) => *topic_id,
-            _ => return Err(Refusal { code: codes::INVALID_REQUEST, message: "no topic record was made".into() }),
+    /// CreateTopics (defaults already resolved): each topic's id, or why it was refused; nothing
+    /// is written when `validate_only`. The topics one request creates go into the metadata log
+    /// together, in proposals of at most [`MAX_RECORDS_PER_PROPOSAL`] records (a proposal that
+    /// fails refuses the topics it held, with the quorum's error), so a request of a thousand
+    /// topics costs a few commits and image changes, not a thousand.
+    pub async fn create_topics(&self, topics: &[NewTopic], validate_only: bool) -> Vec<Result<Uuid, Refusal>> {
+        let state = match self.lead().await {
+            Ok(s) => s,
+            Err(r) => return topics.iter().map(|_| Err(r.clone())).collect(),
         };
-        if !validate_only {
-            self.propose(records).await?;
-            tracing::info!(topic = name, partitions = partitions.max(assignments.len() as i32), "created topic");
+        // Each topic is checked against the image with the ones before it in the request, so a
+        // name given twice is refused the second time.
+        let mut scratch = (*self.image()).clone();
+        let brokers = placement_brokers(&scratch).len();
+        let mut results = Vec::with_capacity(topics.len());
+        let mut made: Vec<(usize, Vec<VersionedRecord>)> = Vec::new();
+        for (i, t) in topics.iter().enumerate() {
+            let records = state.core.create_topic(&scratch, &t.name, t.partitions, t.replication_factor, &t.assignments, &t.configs, Start::random(brokers));
+            let records = records.and_then(|records| {
+                let mut next = scratch.clone();
+                for r in &records {
+                    next.apply(next.offset + 1, &r.record)
+                        .map_err(|e| Refusal { code: codes::INVALID_REQUEST, message: e.to_string() })?;
+                }
+                scratch = next;
+                Ok(records)
+            });
+            match records {
+                Ok(records) => match records.first().map(|r| &r.record) {
+                    Some(MetadataRecord::Topic { topic_id, .. }) => {
+                        results.push(Ok(*topic_id));
+                        made.push((i, records));
+                    }
+                    _ => results.push(Err(Refusal { code: codes::INVALID_REQUEST, message: "no topic record was made".into() })),
+                },
+                Err(r) => results.push(Err(r)),
+            }
         }
-        Ok(id)
+        if validate_only {
+            return results;
+        }
+        let mut made = made.into_iter().peekable();
+        while made.peek().is_some() {
+            let (mut held, mut batch) = (Vec::new(), Vec::new());
+            while let Some((i, records)) = made.next_if(|(_, r)| batch.is_empty() || batch.len() + r.len() <= MAX_RECORDS_PER_PROPOSAL) {
+                held.push(i);
+                batch.extend(records);
+            }
+            match self.propose(batch).await {
+                Ok(_) => {
+                    for i in held {
+                        let t = &topics[i];
+                        tracing::info!(topic = %t.name, partitions = t.partitions.max(t.assignments.len() as i32), "created topic");
+                    }
+                }
+                Err(r) => {
+                    for i in held {
+                        results[i] = Err(r.clone());
+                    }
+                }
+            }
+        }
+        results
     }
 
     /// CreatePartitions of one topic.
@@ -314,6 +354,22 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
     }
 }
 
+/// A topic to create, as CreateTopics asks for it (defaults resolved).
+#[derive(Debug, Clone, Default)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    /// Explicit replicas by partition; empty to place them.
+    pub assignments: BTreeMap<i32, Vec<i32>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The most records one proposal of [`ActiveController::create_topics`] carries (more when a
+/// single topic needs more): Kafka's controller refuses operations of more than 10,000 records;
+/// the topics of a larger request are committed in several proposals.
+pub const MAX_RECORDS_PER_PROPOSAL: usize = 10_000;
+
 /// How often a voter without a leader says so in its log.
 pub const NO_LEADER_WARNING: Duration = Duration::from_secs(5);
 
@@ -365,6 +421,7 @@ mod tests {
         image: watch::Sender<Arc<MetadataImage>>,
         leading: PlMutex<bool>,
         term: PlMutex<u64>,
+        proposals: PlMutex<usize>,
     }
 
     impl Local {
@@ -373,6 +430,7 @@ mod tests {
                 image: watch::channel(Arc::new(MetadataImage::default())).0,
                 leading: PlMutex::new(true),
                 term: PlMutex::new(1),
+                proposals: PlMutex::new(0),
             })
         }
     }
@@ -382,6 +440,7 @@ mod tests {
             if !*self.leading.lock() {
                 return Err(QuorumError::NotLeader { leader: Some(2) });
             }
+            *self.proposals.lock() += 1;
             let mut image = (**self.image.borrow()).clone();
             for r in &records {
                 let offset = image.offset + 1;
@@ -447,6 +506,38 @@ mod tests {
             .unwrap();
         assert!(!reply.is_fenced);
         assert!(!q.image().borrow().brokers[&7].fenced);
+    }
+
+    fn new_topic(name: &str, partitions: i32) -> NewTopic {
+        NewTopic { name: name.into(), partitions, replication_factor: 1, ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn the_topics_of_one_create_topics_are_committed_together_and_a_refused_one_holds_none_back() {
+        let q = Local::new();
+        let c = ActiveController::new(q.clone(), registration(), 1000);
+        let epoch = c.register(&broker(7)).await.unwrap();
+        c.heartbeat(&Heartbeat { broker_id: 7, broker_epoch: epoch, metadata_offset: epoch, want_shutdown: false }).await.unwrap();
+        let before = *q.proposals.lock();
+        let topics = [new_topic("a", 3), new_topic("none", 0), new_topic("b", 2), new_topic("a", 1)];
+        let results = c.create_topics(&topics, false).await;
+        let codes: Vec<i16> = results.iter().map(|r| r.as_ref().map(|_| 0).unwrap_or_else(|e| e.code)).collect();
+        assert_eq!(codes, vec![0, codes::INVALID_PARTITIONS, 0, codes::TOPIC_ALREADY_EXISTS]);
+        assert_eq!(*q.proposals.lock() - before, 1, "one commit for the request");
+        let image = q.image().borrow().clone();
+        assert_eq!(image.topic("a").map(|t| t.partitions.len()), Some(3));
+        assert_eq!(image.topic("b").map(|t| t.partitions.len()), Some(2));
+        assert_eq!(image.topic_ids.get("a").copied(), results[0].clone().ok());
+        assert!(image.topic("none").is_none());
+
+        // validate_only writes nothing; a request of more records than one proposal takes is
+        // committed in several.
+        assert!(c.create_topics(&[new_topic("c", 1)], true).await[0].is_ok());
+        assert!(q.image().borrow().topic("c").is_none());
+        let before = *q.proposals.lock();
+        let big = [new_topic("big1", 6_000), new_topic("big2", 6_000)];
+        assert!(c.create_topics(&big, false).await.iter().all(Result::is_ok));
+        assert_eq!(*q.proposals.lock() - before, 2);
     }
 
     #[tokio::test]

@@ -36,7 +36,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 
 use super::controller::{codes, AlterIsr, Heartbeat, Registration};
-use super::driver::{ActiveController, METADATA_VERSION};
+use super::driver::{ActiveController, NewTopic, METADATA_VERSION};
 use super::quorum::{ClientFrames, MetadataQuorum};
 use super::records::{Endpoint, SupportedFeature};
 use crate::api::{frame_response, str_bytes};
@@ -440,10 +440,29 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
 
     async fn create_topics(&self, req: CreateTopicsRequest) -> CreateTopicsResponse {
         use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
-        let mut results = Vec::with_capacity(req.topics.len());
+        // As Kafka's controller: a name given more than once is answered once, INVALID_REQUEST,
+        // and none of its entries is created.
+        let mut seen = BTreeMap::new();
+        for t in &req.topics {
+            *seen.entry(t.name.0.to_string()).or_insert(0) += 1;
+        }
+        let mut results: Vec<Option<CreatableTopicResult>> = Vec::with_capacity(req.topics.len());
+        // (index into results, the topic as the controller gets it)
+        let mut wanted: Vec<(usize, TopicName, NewTopic)> = Vec::new();
         for t in &req.topics {
             let name = t.name.0.to_string();
             let result = CreatableTopicResult::default().with_name(t.name.clone()).with_num_partitions(-1).with_replication_factor(-1);
+            match seen.get_mut(&name) {
+                Some(n) if *n > 1 => {
+                    *n = 0;
+                    results.push(Some(
+                        result.with_error_code(codes::INVALID_REQUEST).with_error_message(Some(str_bytes("Duplicate topic name."))),
+                    ));
+                    continue;
+                }
+                Some(0) => continue,
+                _ => {}
+            }
             let mut configs = BTreeMap::new();
             let mut bad_config = None;
             for c in &t.configs {
@@ -457,7 +476,7 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
                 configs.insert(c.name.to_string(), v.to_string());
             }
             if let Some(message) = bad_config {
-                results.push(result.with_error_code(kafka_protocol::ResponseError::InvalidConfig.code()).with_error_message(Some(str_bytes(&message))));
+                results.push(Some(result.with_error_code(kafka_protocol::ResponseError::InvalidConfig.code()).with_error_message(Some(str_bytes(&message)))));
                 continue;
             }
             let assignments: BTreeMap<i32, Vec<i32>> =
@@ -465,27 +484,32 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             let partitions = if t.num_partitions == -1 { self.num_partitions } else { t.num_partitions };
             let rf = if t.replication_factor == -1 { self.default_replication_factor } else { t.replication_factor };
             if assignments.is_empty() && rf <= 0 {
-                results.push(
+                results.push(Some(
                     result
                         .with_error_code(codes::INVALID_REPLICATION_FACTOR)
                         .with_error_message(Some(str_bytes("Replication factor must be larger than 0."))),
-                );
+                ));
                 continue;
             }
-            match self.controller.create_topic(&name, partitions, rf, &assignments, &configs, req.validate_only).await {
-                Ok(id) => {
-                    let (p, r) = match assignments.get(&0) {
-                        Some(first) => (assignments.len() as i32, first.len() as i16),
-                        None => (partitions, rf),
-                    };
-                    results.push(result.with_topic_id(id).with_num_partitions(p).with_replication_factor(r));
-                }
-                Err(refusal) => {
-                    results.push(result.with_error_code(refusal.code).with_error_message(Some(str_bytes(&refusal.message))))
-                }
-            }
+            wanted.push((results.len(), t.name.clone(), NewTopic { name, partitions, replication_factor: rf, assignments, configs }));
+            results.push(None);
         }
-        CreateTopicsResponse::default().with_topics(results)
+        let topics: Vec<NewTopic> = wanted.iter().map(|(_, _, t)| t.clone()).collect();
+        let created = self.controller.create_topics(&topics, req.validate_only).await;
+        for ((i, name, t), outcome) in wanted.into_iter().zip(created) {
+            let result = CreatableTopicResult::default().with_name(name).with_num_partitions(-1).with_replication_factor(-1);
+            results[i] = Some(match outcome {
+                Ok(id) => {
+                    let (p, r) = match t.assignments.get(&0) {
+                        Some(first) => (t.assignments.len() as i32, first.len() as i16),
+                        None => (t.partitions, t.replication_factor),
+                    };
+                    result.with_topic_id(id).with_num_partitions(p).with_replication_factor(r)
+                }
+                Err(refusal) => result.with_error_code(refusal.code).with_error_message(Some(str_bytes(&refusal.message))),
+            });
+        }
+        CreateTopicsResponse::default().with_topics(results.into_iter().flatten().collect())
     }
 
     async fn delete_topics(&self, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
