@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::Broker;
-use crate::cluster::image::{MetadataImage, BROKER_RESOURCE, TOPIC_RESOURCE};
+use super::{Broker, Topic};
+use crate::cluster::image::{MetadataImage, TopicState, BROKER_RESOURCE, TOPIC_RESOURCE};
 use crate::replication::fetcher::{Followed, ReplicaFetchers, Source};
 
 /// Brings the local topics (and the dynamic broker configs: the cluster default and this
@@ -26,6 +26,37 @@ use crate::replication::fetcher::{Followed, ReplicaFetchers, Source};
 /// catching up after a restart may lack topics that exist. Returns the partitions to follow,
 /// by leader.
 pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) -> BTreeMap<i32, Vec<Followed>> {
+    LocalSync::default().sync(broker, image, caught_up)
+}
+
+/// What the last pass of [`LocalSync::sync`] brought in line, by topic id: the image's topic
+/// and the local topic it set roles on. A topic found the same in the next image (the image
+/// copies a topic only when something in it changes) with the same local topic keeps the
+/// roles it has, so an image change costs a pass over the topics, not a role change for every
+/// partition of the broker.
+#[derive(Default)]
+pub struct LocalSync {
+    done: std::collections::HashMap<uuid::Uuid, (Arc<TopicState>, Arc<Topic>)>,
+}
+
+impl LocalSync {
+    /// [`sync_topics`], skipping the role changes of topics that did not change since the last
+    /// pass.
+    pub fn sync(&mut self, broker: &Broker, image: &MetadataImage, caught_up: bool) -> BTreeMap<i32, Vec<Followed>> {
+        let follow = sync_topics_with(broker, image, caught_up, &mut self.done);
+        if self.done.len() > image.topics.len() {
+            self.done.retain(|id, _| image.topics.contains_key(id));
+        }
+        follow
+    }
+}
+
+fn sync_topics_with(
+    broker: &Broker,
+    image: &MetadataImage,
+    caught_up: bool,
+    done: &mut std::collections::HashMap<uuid::Uuid, (Arc<TopicState>, Arc<Topic>)>,
+) -> BTreeMap<i32, Vec<Followed>> {
     let mut follow: BTreeMap<i32, Vec<Followed>> = BTreeMap::new();
     let me = broker.node_id;
     let (cluster_default, own) = broker.dynamic_broker_configs();
@@ -80,16 +111,21 @@ pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) -> B
                 }
             }
             let now = broker.now_ms();
+            let unchanged = done.get(&topic.id).is_some_and(|(t, l)| Arc::ptr_eq(t, topic) && Arc::ptr_eq(l, &local));
             for (index, p) in &topic.partitions {
                 let Some(lp) = local.partition(*index) else { continue };
                 if !p.replicas.contains(&me) {
                     continue;
                 }
                 if p.leader == me {
-                    lp.set_replica_lag_time_max_ms(broker.config.replica_lag_time_max_ms);
-                    lp.become_leader(me, p.leader_epoch, p.partition_epoch, p.replicas.clone(), p.isr.clone(), now);
+                    if !unchanged {
+                        lp.set_replica_lag_time_max_ms(broker.config.replica_lag_time_max_ms);
+                        lp.become_leader(me, p.leader_epoch, p.partition_epoch, p.replicas.clone(), p.isr.clone(), now);
+                    }
                 } else {
-                    lp.become_follower(p.leader, p.leader_epoch);
+                    if !unchanged {
+                        lp.become_follower(p.leader, p.leader_epoch);
+                    }
                     if p.leader >= 0 {
                         follow.entry(p.leader).or_default().push(Followed {
                             topic_id: topic.id,
@@ -99,6 +135,7 @@ pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) -> B
                     }
                 }
             }
+            done.insert(topic.id, (topic.clone(), local));
         }
     }
     if !caught_up {
@@ -243,14 +280,16 @@ pub async fn run(broker: Arc<Broker>) {
     let _stop = StopOnDrop(fetchers.clone());
     let mut images = view.subscribe();
     let mut synced_caught_up = false;
+    let local_sync = Arc::new(parking_lot::Mutex::new(LocalSync::default()));
     loop {
         let image = images.borrow_and_update().clone();
         let b = broker.clone();
         let caught_up = view.is_caught_up();
         let synced = {
             let image = image.clone();
+            let local_sync = local_sync.clone();
             tokio::task::spawn_blocking(move || {
-                let follow = sync_topics(&b, &image, caught_up);
+                let follow = local_sync.lock().sync(&b, &image, caught_up);
                 // The groups of the __consumer_offsets partitions led here, replayed once the
                 // local logs match the image.
                 if let Some(offsets) = image.topic(crate::group::OFFSETS_TOPIC) {
@@ -600,5 +639,40 @@ mod tests {
         sync_topics(&b, &image, true);
         assert!(b.topic("orders").is_none());
         assert!(!dir.path().join("orders-0").exists());
+    }
+
+    #[test]
+    fn an_image_change_moves_the_roles_of_the_topics_it_changed_and_keeps_every_followed_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = broker(dir.path());
+        let (a, c) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut image = MetadataImage::default();
+        apply(&mut image, topic("a", a, &[vec![1, 2]]));
+        apply(&mut image, topic("c", c, &[vec![1, 2]]));
+        let mut sync = LocalSync::default();
+        assert!(sync.sync(&b, &image, true).is_empty(), "leading everything, following nothing");
+        let part = |name: &str| b.topic(name).unwrap().partition(0).unwrap().clone();
+        assert!(part("a").is_leader() && part("c").is_leader());
+
+        // Broker 2 takes over a: only a changes role.
+        let mut change = PartitionChange::new(a, 0);
+        change.leader = 2;
+        apply(&mut image, vec![MetadataRecord::PartitionChange(change)]);
+        let follow = sync.sync(&b, &image, true);
+        assert!(!part("a").is_leader() && part("a").leader_epoch() == 1);
+        assert!(part("c").is_leader() && part("c").leader_epoch() == 0);
+        assert_eq!(follow.get(&2).map(|f| f.iter().map(|p| p.partition.topic.to_string()).collect::<Vec<_>>()), Some(vec!["a".to_string()]));
+
+        // A change elsewhere leaves a as it is, and a is still among the partitions to follow
+        // (the fetchers take the whole set from each pass).
+        apply(&mut image, topic("other", Uuid::new_v4(), &[vec![2]]));
+        let follow = sync.sync(&b, &image, true);
+        assert_eq!(follow.get(&2).map(Vec::len), Some(1));
+        assert!(!part("a").is_leader() && part("c").is_leader());
+
+        // The same passes from scratch give the same roles.
+        let full = sync_topics(&b, &image, true);
+        assert_eq!(full.get(&2).map(Vec::len), Some(1));
+        assert!(!part("a").is_leader() && part("c").is_leader());
     }
 }
