@@ -167,13 +167,14 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         let mut made: Vec<(usize, Vec<VersionedRecord>)> = Vec::new();
         for (i, t) in topics.iter().enumerate() {
             let records = state.core.create_topic(&scratch, &t.name, t.partitions, t.replication_factor, &t.assignments, &t.configs, Start::random(brokers));
+            // Made from this image, the records apply to it (a record that did not would refuse
+            // its topic, and later topics would be checked against the records before it).
             let records = records.and_then(|records| {
-                let mut next = scratch.clone();
                 for r in &records {
-                    next.apply(next.offset + 1, &r.record)
+                    scratch
+                        .apply(scratch.offset + 1, &r.record)
                         .map_err(|e| Refusal { code: codes::INVALID_REQUEST, message: e.to_string() })?;
                 }
-                scratch = next;
                 Ok(records)
             });
             match records {
