@@ -328,7 +328,7 @@ fn not_in_cluster(resource_type: i8) -> Result<(), (ResponseError, String)> {
 
 /// Asks the active controller to record a resource's new configs (validated by the caller), as
 /// SET and DELETE operations against `current`; every broker then takes them from the image
-/// (`broker::cluster::sync_topics`).
+/// (`broker::cluster::LocalSync`).
 async fn alter_in_cluster(
     broker: &std::sync::Arc<Broker>,
     resource_type: i8,

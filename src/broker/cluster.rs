@@ -22,134 +22,124 @@ use crate::cluster::image::{MetadataImage, TopicState, BROKER_RESOURCE, TOPIC_RE
 use crate::replication::fetcher::{Followed, ReplicaFetchers, Source};
 
 /// Brings the local topics (and the dynamic broker configs: the cluster default and this
-/// broker's) in line with `image`. Local logs are removed only when `caught_up`: an image still
-/// catching up after a restart may lack topics that exist. Returns the partitions to follow,
-/// by leader.
-pub fn sync_topics(broker: &Broker, image: &MetadataImage, caught_up: bool) -> BTreeMap<i32, Vec<Followed>> {
-    LocalSync::default().sync(broker, image, caught_up)
-}
-
-/// What the last pass of [`LocalSync::sync`] brought in line, by topic id: the image's topic
-/// and the local topic it set roles on. A topic found the same in the next image (the image
-/// copies a topic only when something in it changes) with the same local topic keeps the
-/// roles it has, so an image change costs a pass over the topics, not a role change for every
-/// partition of the broker.
+/// broker's) in line with an image, one image change after another. It remembers what its last
+/// pass brought in line, by topic id: the image's topic and the local topic it set roles on. A
+/// topic found the same in the next image (the image copies a topic only when something in it
+/// changes) with the same local topic keeps the roles it has, so an image change costs a pass
+/// over the topics, not a role change for every partition of the broker.
 #[derive(Default)]
 pub struct LocalSync {
     done: std::collections::HashMap<uuid::Uuid, (Arc<TopicState>, Arc<Topic>)>,
 }
 
 impl LocalSync {
-    /// [`sync_topics`], skipping the role changes of topics that did not change since the last
-    /// pass.
+    /// Brings the local topics in line with `image`. Local logs are removed only when
+    /// `caught_up`: an image still catching up after a restart may lack topics that exist.
+    /// Returns every partition to follow, by leader (of unchanged topics too).
     pub fn sync(&mut self, broker: &Broker, image: &MetadataImage, caught_up: bool) -> BTreeMap<i32, Vec<Followed>> {
-        let follow = sync_topics_with(broker, image, caught_up, &mut self.done);
+        let follow = self.sync_topics(broker, image, caught_up);
         if self.done.len() > image.topics.len() {
             self.done.retain(|id, _| image.topics.contains_key(id));
         }
         follow
     }
-}
 
-fn sync_topics_with(
-    broker: &Broker,
-    image: &MetadataImage,
-    caught_up: bool,
-    done: &mut std::collections::HashMap<uuid::Uuid, (Arc<TopicState>, Arc<Topic>)>,
-) -> BTreeMap<i32, Vec<Followed>> {
-    let mut follow: BTreeMap<i32, Vec<Followed>> = BTreeMap::new();
-    let me = broker.node_id;
-    let (cluster_default, own) = broker.dynamic_broker_configs();
-    for (node, entity, local) in [(false, String::new(), cluster_default), (true, me.to_string(), own)] {
-        let wanted = image.configs.get(&(BROKER_RESOURCE, entity)).cloned().unwrap_or_default();
-        if wanted != local && (caught_up || !wanted.is_empty()) {
-            if let Err(e) = broker.set_dynamic_broker_configs(node, wanted) {
-                tracing::warn!(error = %e, "applying the cluster's dynamic broker configs failed");
-            }
-        }
-    }
-    for topic in image.topics.values() {
-        let hosted = topic.partitions.values().any(|p| p.replicas.contains(&me));
-        let local = broker.topic(&topic.name);
-        if let Some(l) = local.as_ref().filter(|_| caught_up) {
-            if l.id != topic.id {
-                tracing::info!(topic = %topic.name, "the topic was deleted and created again; removing the old local logs");
-                if let Err(e) = broker.remove_local_topic(l) {
-                    tracing::warn!(topic = %topic.name, error = %e, "removing the local logs of a replaced topic failed");
-                    continue;
+    fn sync_topics(&mut self, broker: &Broker, image: &MetadataImage, caught_up: bool) -> BTreeMap<i32, Vec<Followed>> {
+        let done = &mut self.done;
+        let mut follow: BTreeMap<i32, Vec<Followed>> = BTreeMap::new();
+        let me = broker.node_id;
+        let (cluster_default, own) = broker.dynamic_broker_configs();
+        for (node, entity, local) in [(false, String::new(), cluster_default), (true, me.to_string(), own)] {
+            let wanted = image.configs.get(&(BROKER_RESOURCE, entity)).cloned().unwrap_or_default();
+            if wanted != local && (caught_up || !wanted.is_empty()) {
+                if let Err(e) = broker.set_dynamic_broker_configs(node, wanted) {
+                    tracing::warn!(error = %e, "applying the cluster's dynamic broker configs failed");
                 }
             }
         }
-        if !hosted {
-            continue;
-        }
-        let count = topic.partitions.len() as i32;
-        match broker.topic(&topic.name) {
-            None => {
-                let configs: BTreeMap<String, String> =
-                    image.configs.get(&(TOPIC_RESOURCE, topic.name.clone())).cloned().unwrap_or_default();
-                if let Err(e) = broker.create_local_topic(&topic.name, topic.id, count, configs) {
-                    tracing::warn!(topic = %topic.name, error = %e, "making the local logs of a topic failed");
-                }
-            }
-            // An older topic of the same name, removed once caught up.
-            Some(l) if l.id != topic.id => continue,
-            Some(l) if (l.partitions.len() as i32) < count => {
-                if let Err(e) = broker.create_partitions(&topic.name, count) {
-                    tracing::warn!(topic = %topic.name, error = %e, "making the local logs of new partitions failed");
-                }
-            }
-            Some(_) => {}
-        }
-        // Appends carry the epoch the image gives this broker's leadership; the local logs take
-        // the topic's configs from the image.
-        if let Some(local) = broker.topic(&topic.name).filter(|l| l.id == topic.id) {
-            let configs = image.configs.get(&(TOPIC_RESOURCE, topic.name.clone())).cloned().unwrap_or_default();
-            if local.overrides != configs {
-                if let Err(e) = broker.set_topic_configs(&topic.name, configs) {
-                    tracing::warn!(topic = %topic.name, error = %e, "applying the topic's configs to its local logs failed");
-                }
-            }
-            let now = broker.now_ms();
-            let unchanged = done.get(&topic.id).is_some_and(|(t, l)| Arc::ptr_eq(t, topic) && Arc::ptr_eq(l, &local));
-            for (index, p) in &topic.partitions {
-                let Some(lp) = local.partition(*index) else { continue };
-                if !p.replicas.contains(&me) {
-                    continue;
-                }
-                if p.leader == me {
-                    if !unchanged {
-                        lp.set_replica_lag_time_max_ms(broker.config.replica_lag_time_max_ms);
-                        lp.become_leader(me, p.leader_epoch, p.partition_epoch, p.replicas.clone(), p.isr.clone(), now);
-                    }
-                } else {
-                    if !unchanged {
-                        lp.become_follower(p.leader, p.leader_epoch);
-                    }
-                    if p.leader >= 0 {
-                        follow.entry(p.leader).or_default().push(Followed {
-                            topic_id: topic.id,
-                            partition: lp.clone(),
-                            leader_epoch: p.leader_epoch,
-                        });
+        for topic in image.topics.values() {
+            let hosted = topic.partitions.values().any(|p| p.replicas.contains(&me));
+            let local = broker.topic(&topic.name);
+            if let Some(l) = local.as_ref().filter(|_| caught_up) {
+                if l.id != topic.id {
+                    tracing::info!(topic = %topic.name, "the topic was deleted and created again; removing the old local logs");
+                    if let Err(e) = broker.remove_local_topic(l) {
+                        tracing::warn!(topic = %topic.name, error = %e, "removing the local logs of a replaced topic failed");
+                        continue;
                     }
                 }
             }
-            done.insert(topic.id, (topic.clone(), local));
-        }
-    }
-    if !caught_up {
-        return follow;
-    }
-    for local in broker.all_topics() {
-        if !image.topic_ids.contains_key(local.name.as_ref()) {
-            tracing::info!(topic = %local.name, "the topic is not in the cluster's metadata; removing its local logs");
-            if let Err(e) = broker.remove_local_topic(&local) {
-                tracing::warn!(topic = %local.name, error = %e, "removing the local logs of a deleted topic failed");
+            if !hosted {
+                continue;
+            }
+            let count = topic.partitions.len() as i32;
+            match broker.topic(&topic.name) {
+                None => {
+                    let configs: BTreeMap<String, String> =
+                        image.configs.get(&(TOPIC_RESOURCE, topic.name.clone())).cloned().unwrap_or_default();
+                    if let Err(e) = broker.create_local_topic(&topic.name, topic.id, count, configs) {
+                        tracing::warn!(topic = %topic.name, error = %e, "making the local logs of a topic failed");
+                    }
+                }
+                // An older topic of the same name, removed once caught up.
+                Some(l) if l.id != topic.id => continue,
+                Some(l) if (l.partitions.len() as i32) < count => {
+                    if let Err(e) = broker.create_partitions(&topic.name, count) {
+                        tracing::warn!(topic = %topic.name, error = %e, "making the local logs of new partitions failed");
+                    }
+                }
+                Some(_) => {}
+            }
+            // Appends carry the epoch the image gives this broker's leadership; the local logs take
+            // the topic's configs from the image.
+            if let Some(local) = broker.topic(&topic.name).filter(|l| l.id == topic.id) {
+                let configs = image.configs.get(&(TOPIC_RESOURCE, topic.name.clone())).cloned().unwrap_or_default();
+                if local.overrides != configs {
+                    if let Err(e) = broker.set_topic_configs(&topic.name, configs) {
+                        tracing::warn!(topic = %topic.name, error = %e, "applying the topic's configs to its local logs failed");
+                    }
+                }
+                let now = broker.now_ms();
+                let unchanged = done.get(&topic.id).is_some_and(|(t, l)| Arc::ptr_eq(t, topic) && Arc::ptr_eq(l, &local));
+                for (index, p) in &topic.partitions {
+                    let Some(lp) = local.partition(*index) else { continue };
+                    if !p.replicas.contains(&me) {
+                        continue;
+                    }
+                    if p.leader == me {
+                        if !unchanged {
+                            lp.set_replica_lag_time_max_ms(broker.config.replica_lag_time_max_ms);
+                            lp.become_leader(me, p.leader_epoch, p.partition_epoch, p.replicas.clone(), p.isr.clone(), now);
+                        }
+                    } else {
+                        if !unchanged {
+                            lp.become_follower(p.leader, p.leader_epoch);
+                        }
+                        if p.leader >= 0 {
+                            follow.entry(p.leader).or_default().push(Followed {
+                                topic_id: topic.id,
+                                partition: lp.clone(),
+                                leader_epoch: p.leader_epoch,
+                            });
+                        }
+                    }
+                }
+                done.insert(topic.id, (topic.clone(), local));
             }
         }
+        if !caught_up {
+            return follow;
+        }
+        for local in broker.all_topics() {
+            if !image.topic_ids.contains_key(local.name.as_ref()) {
+                tracing::info!(topic = %local.name, "the topic is not in the cluster's metadata; removing its local logs");
+                if let Err(e) = broker.remove_local_topic(&local) {
+                    tracing::warn!(topic = %local.name, error = %e, "removing the local logs of a deleted topic failed");
+                }
+            }
+        }
+        follow
     }
-    follow
 }
 
 /// What the log dirs hold outside any metadata log, as the records that put it into a new one:
@@ -159,7 +149,7 @@ fn sync_topics_with(
 /// and the producer-id mark no id was handed out beyond. The active controller writes them
 /// after the bootstrap records of an empty log (`cluster::driver`), so a single node that
 /// becomes a one-voter quorum keeps everything; without them, the first image would lack the
-/// topics and `sync_topics` would remove their logs.
+/// topics and `LocalSync` would remove their logs.
 pub fn local_state_records(broker: &Broker) -> Vec<crate::cluster::records::VersionedRecord> {
     use crate::cluster::records::{versioned, MetadataRecord, Partition, VersionedRecord};
     let me = broker.node_id;
@@ -581,6 +571,11 @@ mod tests {
     fn broker(dir: &std::path::Path) -> Broker {
         let pairs = [("log.dirs".to_string(), dir.display().to_string()), ("log.io.backend".into(), "std".into())];
         Broker::open(BrokerConfig::from_pairs(pairs).unwrap().config).unwrap()
+    }
+
+    /// A pass with nothing remembered: every topic's roles are set.
+    fn sync_topics(b: &Broker, image: &MetadataImage, caught_up: bool) -> BTreeMap<i32, Vec<Followed>> {
+        LocalSync::default().sync(b, image, caught_up)
     }
 
     fn apply(image: &mut MetadataImage, records: Vec<MetadataRecord>) {

@@ -584,7 +584,7 @@ impl Broker {
 
     /// Creates a topic (after `check_create`). Returns the published topic. In a cluster only
     /// the controller creates topics; brokers make their local logs from the metadata image
-    /// (`cluster::sync_topics`).
+    /// (`cluster::LocalSync`).
     pub fn create_topic(
         &self,
         name: &str,
@@ -637,7 +637,7 @@ impl Broker {
     }
 
     /// Removes a topic's local logs and committed offsets, unchecked: in a cluster the
-    /// controller decided the deletion (`cluster::sync_topics`).
+    /// controller decided the deletion (`cluster::LocalSync`).
     pub fn remove_local_topic(&self, topic: &Arc<Topic>) -> Result<(), TopicError> {
         {
             let mut t = self.topics.write();
