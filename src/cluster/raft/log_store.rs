@@ -3,14 +3,17 @@
 //! # On disk (in the quorum's directory)
 //! ```text
 //! raft-log    frames: u32 length | u32 CRC-32C of the payload | payload (JSON of one LogOp)
-//!             LogOp: Append(entry) | Truncate(from index) | Purge(up to log id)
-//! raft-vote   the vote, JSON; replaced by write-to-temp, fsync, rename, fsync of the directory
+//!             LogOp: Append(entry) | Truncate(from index) | Purge(up to log id) | Vote(vote)
+//! raft-vote   read only: where releases before the vote moved into raft-log kept it
 //! ```
 //!
 //! # Durability and recovery
-//! - An append, truncation or purge is fdatasync'ed before openraft is told it is done (the
-//!   flush callback of `append` is called after the fsync), and a vote is durable (renamed into
-//!   place and the directory synced) before `save_vote` returns: Raft's safety rests on both.
+//! - An append, truncation, purge or vote is fdatasync'ed before openraft is told it is done
+//!   (the flush callback of `append` is called after the fsync, `save_vote` returns after it):
+//!   Raft's safety rests on both. The vote is a frame of the log rather than a file of its own
+//!   so that saving one costs one fdatasync, not a file fsync, a rename and a directory fsync;
+//!   the last `Vote` frame in the file is the vote. A new `raft-log` has its directory synced
+//!   before anything is written to it, so a synced frame cannot be lost with the file's name.
 //! - Opening replays the frames; a torn or corrupt last frame (a crash mid-write, never
 //!   acknowledged) is cut off and logged. A corrupt frame with more bytes after it is an error
 //!   naming the file and position: cutting there would drop acknowledged entries.
@@ -45,6 +48,7 @@ enum LogOp {
     Append(Entry<TypeConfig>),
     Truncate(u64),
     Purge(LogId<u64>),
+    Vote(Vote<u64>),
 }
 
 struct Inner {
@@ -94,7 +98,18 @@ impl LogStore {
     pub fn open(dir: &Path) -> std::io::Result<LogStore> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("raft-log");
+        let created = !path.exists();
         let mut file = OpenOptions::new().create(true).truncate(false).read(true).append(true).open(&path)?;
+        if created {
+            sync_dir(dir)?;
+        }
+        // Releases before votes were frames of the log kept the vote in a file of its own; a
+        // `Vote` frame, written later, replaces it.
+        let mut vote = match std::fs::read(dir.join("raft-vote")) {
+            Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let mut entries = BTreeMap::new();
@@ -143,14 +158,10 @@ impl LogStore {
                     entries = kept;
                     last_purged = Some(id);
                 }
+                LogOp::Vote(v) => vote = Some(v),
             }
             pos += 8 + len;
         }
-        let vote = match std::fs::read(dir.join("raft-vote")) {
-            Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
         Ok(LogStore {
             inner: Arc::new(Mutex::new(Inner { dir: dir.to_path_buf(), file, entries, last_purged, purged_in_file, vote })),
         })
@@ -167,9 +178,12 @@ impl Inner {
         self.file.sync_data()
     }
 
-    /// Rewrites the file with the live entries only.
+    /// Rewrites the file with the vote and the live entries only.
     fn rewrite(&mut self) -> std::io::Result<()> {
         let mut buf = Vec::new();
+        if let Some(v) = self.vote {
+            buf.extend_from_slice(&frame(&LogOp::Vote(v)));
+        }
         if let Some(id) = self.last_purged {
             buf.extend_from_slice(&frame(&LogOp::Purge(id)));
         }
@@ -206,9 +220,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
-        let bytes = serde_json::to_vec(vote).expect("votes serialise");
         let mut inner = self.inner.lock();
-        tokio::task::block_in_place(|| write_file_durably(&inner.dir, "raft-vote", &bytes))
+        tokio::task::block_in_place(|| inner.write_synced(&[LogOp::Vote(*vote)]))
             .map_err(|e| StorageError::from(StorageIOError::write_vote(openraft::AnyError::new(&e))))?;
         inner.vote = Some(*vote);
         Ok(())
@@ -318,5 +331,55 @@ mod tests {
         let err = LogStore::open(dir.path()).err().expect("refused").to_string();
         assert!(err.contains("corrupt frame at byte 0"), "{err}");
         assert_eq!(std::fs::read(dir.path().join("raft-log")).unwrap(), bytes, "nothing was cut");
+    }
+
+    fn vote(term: u64) -> Vote<u64> {
+        let mut v = Vote::new(term, 1);
+        v.commit();
+        v
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_saved_vote_is_a_frame_of_the_log_and_the_last_one_is_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap();
+        store.save_vote(&Vote::new(1, 1)).await.unwrap();
+        store.save_vote(&vote(2)).await.unwrap();
+        drop(store);
+        assert!(!dir.path().join("raft-vote").exists(), "no file of its own");
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote(2)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_vote_file_of_an_earlier_release_is_read_until_a_vote_frame_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        write_entries(dir.path(), 2);
+        std::fs::write(dir.path().join("raft-vote"), serde_json::to_vec(&vote(3)).unwrap()).unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote(3)));
+        store.save_vote(&vote(4)).await.unwrap();
+        drop(store);
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote(4)));
+        assert_eq!(store.get_log_state().await.unwrap().last_log_id.map(|l| l.index), Some(1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn rewriting_the_log_after_a_purge_keeps_the_vote_and_the_live_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = REWRITE_AFTER_PURGED + 10;
+        write_entries(dir.path(), n);
+        let mut store = LogStore::open(dir.path()).unwrap();
+        store.save_vote(&vote(5)).await.unwrap();
+        let before = std::fs::metadata(dir.path().join("raft-log")).unwrap().len();
+        store.purge(LogId::new(CommittedLeaderId::new(1, 1), n - 3)).await.unwrap();
+        assert!(std::fs::metadata(dir.path().join("raft-log")).unwrap().len() < before / 10, "rewritten");
+        drop(store);
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(vote(5)));
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(n - 3));
+        assert_eq!(state.last_log_id.map(|l| l.index), Some(n - 1));
     }
 }
