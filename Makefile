@@ -3,7 +3,7 @@ CARGO ?= cargo
 SLUICE_BIN ?= target/release/sluice
 export SLUICE_BIN
 
-.PHONY: all build release run cluster test test-rust test-clients test-protocol test-metrics fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
+.PHONY: all build release run cluster test test-rust test-clients test-protocol test-metrics test-chaos chaos fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
 
 all: release
 
@@ -25,8 +25,9 @@ cluster: release
 ## The whole test suite: Rust unit + integration tests, the real-client suite (librdkafka via
 ## confluent-kafka, Kafka's own tools from the Maven jars), golden client conversations replayed
 ## against Apache Kafka and sluice side by side, then the metrics check with a real Prometheus
-## (promtool rule tests + every dashboard and alert expression evaluated under load).
-test: test-rust test-clients test-protocol test-metrics
+## (promtool rule tests + every dashboard and alert expression evaluated under load), then short
+## Jepsen-style fault runs on three-node clusters (chaos/README.md).
+test: test-rust test-clients test-protocol test-metrics test-chaos
 
 test-rust:
 	$(CARGO) test --all-targets
@@ -39,6 +40,19 @@ test-protocol: release test-clients
 
 test-metrics: release test-clients
 	grafana/test/prometheus_e2e.sh
+
+test-chaos: release test-clients
+	chaos/run.sh ci
+
+## A long Jepsen-style run (chaos/README.md): writers, readers and a nemesis (kill -9, SIGSTOP,
+## network partitions, stranded leaders) against a 3-node cluster for CHAOS_SECONDS; the summary
+## goes to chaos/results/. CHAOS_TARGET=kafka runs the same against Apache Kafka.
+CHAOS_TARGET ?= sluice
+CHAOS_SECONDS ?= 1800
+CHAOS_SEED ?= 1
+chaos: $(if $(filter sluice,$(CHAOS_TARGET)),release)
+	chaos/run.sh --target $(CHAOS_TARGET) --duration $(CHAOS_SECONDS) --seed $(CHAOS_SEED) \
+	  --summary chaos/results/$(CHAOS_TARGET)-acks-all-$(CHAOS_SECONDS)s.json
 
 ## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,
 ## kafka-python): `make compat` against sluice, `make compat TARGET=kafka` against Apache Kafka,

@@ -2,10 +2,10 @@
 # Run real Apache Kafka (KRaft, broker+controller in one JVM per node) from the jars
 # fetched by fetch.sh, for comparing sluice against it: one node, or several (below).
 #
-#   kafka-ref.sh start  [--port N] [--dir D] [--controller-port M] [--state-dir S] [--override k=v]...
+#   kafka-ref.sh start  [--port N] [--host H] [--dir D] [--controller-port M] [--state-dir S] [--override k=v]...
 #                       [--node-id I --voters 1@127.0.0.1:M1,2@127.0.0.1:M2,... --cluster-id C]
 #                       [--no-wait]
-#   kafka-ref.sh wait   [--port N] [--dir D] [--state-dir S]   # until a --no-wait start serves
+#   kafka-ref.sh wait   [--port N] [--host H] [--dir D] [--state-dir S]   # until a --no-wait start serves
 #   kafka-ref.sh stop   [--dir D] [--state-dir S]     # SIGTERM, wait, SIGKILL after 60s
 #   kafka-ref.sh kill9  [--dir D] [--state-dir S]     # SIGKILL, wait
 #   kafka-ref.sh status [--dir D] [--state-dir S]     # exit 0 if running
@@ -15,9 +15,10 @@
 # "D.ref", a sibling of D) so that D holds only what Kafka itself writes there.
 # Storage is formatted with a random cluster id only when D has no
 # meta.properties yet, so start after stop/kill9 reuses the data.
-# The PLAINTEXT listener is 127.0.0.1:N (default 9092); the controller listens on
-# 127.0.0.1:M (default: a free port). start returns once the broker serves and
-# prints "bootstrap=127.0.0.1:N".
+# The PLAINTEXT listener is H:N (default 127.0.0.1:9092); the controller listens on
+# H:M (default: a free port). start returns once the broker serves and
+# prints "bootstrap=H:N". (chaos/ starts nodes in network namespaces of their own,
+# each with an address H of its own.)
 #
 # A multi-node cluster is one start per node, each with its own D, N and M, the same --voters
 # (every node's id@controller address) and the same --cluster-id, and --no-wait: a node serves
@@ -28,6 +29,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 
 cmd="${1:-}"; [[ $# -gt 0 ]] && shift
 PORT=9092
+HOST=127.0.0.1
 CPORT=""
 DIR="$ROOT/.cache/kafka-ref/data"
 STATE=""
@@ -40,6 +42,7 @@ START_TIMEOUT="${KAFKA_REF_START_TIMEOUT:-90}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --port) PORT="$2"; shift 2 ;;
+    --host) HOST="$2"; shift 2 ;;
     --node-id) NODE_ID="$2"; shift 2 ;;
     --voters) VOTERS="$2"; shift 2 ;;
     --cluster-id) CLUSTER_ID="$2"; shift 2 ;;
@@ -87,7 +90,7 @@ wait_serving() { # pid
       exit 1
     fi
     if grep -q "Kafka Server started" "$STATE/server.log" 2>/dev/null &&
-       python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$PORT),1).close()" 2>/dev/null; then
+       python3 -c "import socket,sys; socket.create_connection(('$HOST',$PORT),1).close()" 2>/dev/null; then
       break
     fi
     if (( SECONDS > deadline )); then
@@ -98,7 +101,7 @@ wait_serving() { # pid
     fi
     sleep 0.2
   done
-  echo "bootstrap=127.0.0.1:$PORT"
+  echo "bootstrap=$HOST:$PORT"
 }
 
 case "$cmd" in
@@ -112,9 +115,9 @@ case "$cmd" in
     {
       echo "process.roles=broker,controller"
       echo "node.id=$NODE_ID"
-      echo "controller.quorum.voters=${VOTERS:-$NODE_ID@127.0.0.1:$CPORT}"
-      echo "listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT"
-      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$PORT"
+      echo "controller.quorum.voters=${VOTERS:-$NODE_ID@$HOST:$CPORT}"
+      echo "listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CPORT"
+      echo "advertised.listeners=PLAINTEXT://$HOST:$PORT"
       echo "controller.listener.names=CONTROLLER"
       echo "inter.broker.listener.name=PLAINTEXT"
       echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
@@ -182,7 +185,7 @@ print(s)')}"
     if running; then echo "running pid=$(cat "$PIDFILE")"; exit 0; else echo "stopped"; exit 3; fi
     ;;
   *)
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -204,26 +204,32 @@ class Broker:
 
 class KafkaCluster:
     """A real Apache Kafka KRaft cluster of n combined nodes (node ids 1..n, every node a voter),
-    each a kafka-ref.sh instance with its own data dir and ports on 127.0.0.1."""
+    each a kafka-ref.sh instance with its own data dir and ports on 127.0.0.1 — or, given
+    `hosts` (node -> address) and `wrap` (node -> command prefix, e.g. `ip netns exec NS`), on
+    an address of its own in a network namespace of its own (chaos/net.py)."""
 
-    def __init__(self, workdir, n, overrides=None):
+    def __init__(self, workdir, n, overrides=None, hosts=None, wrap=None):
         self.workdir = Path(workdir)
+        self.hosts = hosts or {i: "127.0.0.1" for i in range(1, n + 1)}
+        self.wrap = wrap or (lambda node: [])
         self.ports = {i: free_port() for i in range(1, n + 1)}
         self.controller_ports = {i: free_port() for i in range(1, n + 1)}
-        self.voters = ",".join("%d@127.0.0.1:%d" % (i, p) for i, p in self.controller_ports.items())
+        self.voters = ",".join("%d@%s:%d" % (i, self.hosts[i], p) for i, p in self.controller_ports.items())
         self.cluster_id = base64.urlsafe_b64encode(b"sluice-reference").decode().rstrip("=")
         self.overrides = dict(overrides or {})
 
     @property
     def bootstrap_controllers(self):
-        return ",".join("127.0.0.1:%d" % p for p in self.controller_ports.values())
+        return ",".join("%s:%d" % (self.hosts[i], p) for i, p in self.controller_ports.items())
 
     def data_dir(self, node):
         return self.workdir / ("node%d" % node) / "data"
 
     def _ref(self, cmd, node, *extra, check=True):
-        args = [str(KAFKA_REF), cmd, "--dir", str(self.data_dir(node)),
+        args = [str(KAFKA_REF), cmd, "--dir", str(self.data_dir(node)), "--host", self.hosts[node],
                 "--state-dir", str(self.workdir / ("node%d" % node) / "ref"), "--port", str(self.ports[node])]
+        if cmd == "start":
+            args = self.wrap(node) + args
         r = subprocess.run(args + list(extra), capture_output=True, text=True, timeout=180)
         if check and r.returncode != 0:
             pytest.fail("kafka-ref.sh %s (node %d) failed:\n%s\n%s" % (cmd, node, r.stdout, r.stderr))
@@ -231,7 +237,10 @@ class KafkaCluster:
 
     @property
     def bootstrap(self):
-        return ",".join("127.0.0.1:%d" % p for p in self.ports.values())
+        return ",".join("%s:%d" % (self.hosts[i], p) for i, p in self.ports.items())
+
+    def pid(self, node):
+        return int((self.workdir / ("node%d" % node) / "ref" / "kafka.pid").read_text().strip())
 
     def start(self, node=None):
         """Starts every node (or one), then waits until each serves."""
@@ -333,13 +342,14 @@ class SluiceControllers:
 class SluiceCluster:
     """n sluice nodes, each broker and controller (node ids 1..n, all voters), on 127.0.0.1, each
     started with `sluice serve -c server.properties`: Kafka's KRaft settings for a static
-    three-voter quorum, nothing sluice-specific but the metrics port."""
+    three-voter quorum, nothing sluice-specific but the metrics port. `hosts` and `wrap` as in
+    KafkaCluster."""
 
     PROPERTIES = """process.roles=broker,controller
 node.id={node}
 controller.quorum.voters={voters}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
@@ -347,31 +357,36 @@ log.dirs={data}
 num.partitions=1
 offsets.topic.replication.factor=3
 default.replication.factor=1
-metrics.listener=127.0.0.1:{health_port}
+metrics.listener={host}:{health_port}
 """
 
-    def __init__(self, workdir, n, overrides=None):
+    def __init__(self, workdir, n, overrides=None, hosts=None, wrap=None):
         self.workdir = Path(workdir)
+        self.hosts = hosts or {i: "127.0.0.1" for i in range(1, n + 1)}
+        self.wrap = wrap or (lambda node: [])
         self.ports = {i: free_port() for i in range(1, n + 1)}
         self.controller_ports = {i: free_port() for i in range(1, n + 1)}
         self.health_ports = {i: free_port() for i in range(1, n + 1)}
-        self.voters = ",".join("%d@127.0.0.1:%d" % (i, p) for i, p in self.controller_ports.items())
+        self.voters = ",".join("%d@%s:%d" % (i, self.hosts[i], p) for i, p in self.controller_ports.items())
         self.cluster_id = base64.urlsafe_b64encode(b"sluice-reference").decode().rstrip("=")
         self.overrides = dict(overrides or {})
         self.procs = {}
 
     @property
     def bootstrap(self):
-        return ",".join("127.0.0.1:%d" % p for p in self.ports.values())
+        return ",".join("%s:%d" % (self.hosts[i], p) for i, p in self.ports.items())
 
     @property
     def bootstrap_controllers(self):
-        return ",".join("127.0.0.1:%d" % p for p in self.controller_ports.values())
+        return ",".join("%s:%d" % (self.hosts[i], p) for i, p in self.controller_ports.items())
+
+    def pid(self, node):
+        return self.procs[node].pid
 
     def properties(self, node):
         self.workdir.mkdir(parents=True, exist_ok=True)
         path = self.workdir / ("node%d.properties" % node)
-        text = self.PROPERTIES.format(node=node, voters=self.voters, port=self.ports[node],
+        text = self.PROPERTIES.format(node=node, voters=self.voters, port=self.ports[node], host=self.hosts[node],
                                       controller_port=self.controller_ports[node],
                                       data=self.workdir / ("node%d" % node), health_port=self.health_ports[node])
         text += "".join("%s=%s\n" % kv for kv in self.overrides.items())
@@ -390,7 +405,8 @@ metrics.listener=127.0.0.1:{health_port}
                 subprocess.run([str(sluice_bin()), "format", "-t", self.cluster_id, "-c", str(props)],
                                check=True, capture_output=True, timeout=30)
             log = open(self.workdir / ("node%d.log" % i), "ab")
-            self.procs[i] = subprocess.Popen([str(sluice_bin()), "serve", "-c", str(props)], stdout=log, stderr=log,
+            self.procs[i] = subprocess.Popen(self.wrap(i) + [str(sluice_bin()), "serve", "-c", str(props)],
+                                             stdout=log, stderr=log,
                                              env=dict(os.environ, SLUICE_LOG="info"))
         if wait:
             for i in nodes:
