@@ -35,6 +35,8 @@ DASHBOARDS = {
              description="ISR smaller than the replica set. Alert: SluiceIsrShrunk."),
         stat("Under min ISR", f"sum(sluice_under_min_isr_partitions{{{I}}})",
              description="acks=all produce fails on these. Alert: SluiceUnderMinIsr."),
+        stat("Offline partitions", f"max(sluice_offline_partitions{{{I}}})",
+             description="Partitions without a leader. Alert: SluiceOfflinePartitions."),
         stat("Active connections", f"sum(sluice_connections_active{{{I}}})"),
         stat("Uptime", f"time() - max(process_start_time_seconds{{{I}}})", "s"),
         panel("Bytes in / out per second", [
@@ -104,6 +106,13 @@ DASHBOARDS = {
             (f"sluice_partition_replicas{{{T}}}", "replicas {{topic}}-{{partition}}"),
             (f"sluice_partition_min_isr{{{T}}}", "min ISR {{topic}}-{{partition}}"),
         ], "short"),
+        panel("ISR shrinks / expands per second", [
+            (f"sum by (instance) (rate(sluice_isr_shrinks_total{{{I}}}[$__rate_interval]))", "shrinks {{instance}}"),
+            (f"sum by (instance) (rate(sluice_isr_expands_total{{{I}}}[$__rate_interval]))", "expands {{instance}}"),
+        ], "short", description="Counted by the leaders. Alert: SluiceIsrFlapping."),
+        panel("Follower lag (offsets behind the leader)", [
+            (f"sluice_partition_replica_lag_offsets{{{T}}}", "{{topic}}-{{partition}} replica {{replica}}"),
+        ], "short", description="Reported by each partition's leader, one series per follower."),
         panel("Uncommitted records (LEO - HW)", [
             (f"sluice_partition_log_end_offset{{{T}}} - sluice_partition_high_watermark{{{T}}}", "{{topic}}-{{partition}}"),
         ], "short", description="Records not yet replicated to the whole ISR; 0 on one node."),

@@ -62,14 +62,21 @@ fn collect_topics(broker: &Broker, e: &mut Exposition) {
             e.sample("sluice_partition_log_end_offset", &labels, p.log_end_offset() as f64);
             e.sample("sluice_partition_log_start_offset", &labels, p.log_start_offset() as f64);
             e.sample("sluice_partition_high_watermark", &labels, p.high_watermark() as f64);
-            // TODO(replication): a single node leads every partition with itself as the whole
-            // ISR; read the replica set and ISR from partition state once followers exist.
-            let (replicas, isr) = (1i64, 1i64);
-            e.sample("sluice_partition_replicas", &labels, replicas as f64);
-            e.sample("sluice_partition_isr_size", &labels, isr as f64);
-            e.sample("sluice_partition_min_isr", &labels, min_isr as f64);
-            under_replicated += u64::from(isr < replicas);
-            under_min_isr += u64::from(isr < min_isr);
+            // The replica set, ISR and follower lag come from the leader only, as Kafka reports
+            // them, so that a sum over brokers counts each partition once.
+            if let Some(v) = p.leader_view() {
+                let (replicas, isr) = (v.replicas as i64, v.isr as i64);
+                e.sample("sluice_partition_replicas", &labels, replicas as f64);
+                e.sample("sluice_partition_isr_size", &labels, isr as f64);
+                e.sample("sluice_partition_min_isr", &labels, min_isr as f64);
+                under_replicated += u64::from(isr < replicas);
+                under_min_isr += u64::from(isr < min_isr.min(replicas));
+                for (replica, lag) in v.follower_lag {
+                    let r = replica.to_string();
+                    let l = [("topic", name), ("partition", idx.as_str()), ("replica", r.as_str())];
+                    e.sample("sluice_partition_replica_lag_offsets", &l, lag as f64);
+                }
+            }
         }
         let t = [("topic", name)];
         e.sample("sluice_topic_bytes_in_total", &t, total.bytes_in as f64);
@@ -88,6 +95,11 @@ fn collect_topics(broker: &Broker, e: &mut Exposition) {
     e.sample("sluice_partitions", &[], partitions as f64);
     e.sample("sluice_under_replicated_partitions", &[], under_replicated as f64);
     e.sample("sluice_under_min_isr_partitions", &[], under_min_isr as f64);
+    if let Some(view) = broker.cluster() {
+        let image = view.image();
+        let offline = image.topics.values().flat_map(|t| t.partitions.values()).filter(|p| p.leader < 0).count();
+        e.sample("sluice_offline_partitions", &[], offline as f64);
+    }
 }
 
 fn collect_groups(broker: &Broker, now_ms: i64, e: &mut Exposition) {

@@ -155,6 +155,17 @@ impl Drop for SyncTurn<'_> {
     }
 }
 
+/// A leader's replicas as metrics report them ([`Partition::leader_view`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderView {
+    pub replicas: usize,
+    /// The ISR in the metadata image (a pending change not counted).
+    pub isr: usize,
+    /// Each follower's lag in offsets: the leader's log end offset minus the follower's (all of
+    /// it before the follower's first fetch).
+    pub follower_lag: Vec<(i32, i64)>,
+}
+
 impl std::fmt::Debug for Partition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}-{}", self.topic, self.index)
@@ -233,7 +244,17 @@ impl Partition {
         let leo = self.log_end_offset();
         let mut role = self.role.lock();
         match &mut *role {
-            Role::Leader(l) if l.leader_epoch == leader_epoch && l.me == me => l.update(partition_epoch, replicas, isr, now_ms),
+            Role::Leader(l) if l.leader_epoch == leader_epoch && l.me == me => {
+                // Kafka's IsrShrinksPerSec / IsrExpandsPerSec: the leader counts each change of
+                // its ISR in the image (one that only swaps members counts as both).
+                if l.isr.iter().any(|r| !isr.contains(r)) {
+                    ::metrics::counter!("sluice_isr_shrinks_total").increment(1);
+                }
+                if isr.iter().any(|r| !l.isr.contains(r)) {
+                    ::metrics::counter!("sluice_isr_expands_total").increment(1);
+                }
+                l.update(partition_epoch, replicas, isr, now_ms)
+            }
             _ => {
                 let mut l = LeaderState::new(me, leader_epoch, partition_epoch, replicas, isr, leo, now_ms);
                 l.min_isr = self.min_isr.load(Ordering::Acquire) as usize;
@@ -254,6 +275,28 @@ impl Partition {
 
     pub fn role(&self) -> Role {
         self.role.lock().clone()
+    }
+
+    /// What the leader knows of the replicas, for metrics; None when this broker follows.
+    pub fn leader_view(&self) -> Option<LeaderView> {
+        let leo = self.log_end_offset();
+        match &*self.role.lock() {
+            Role::Leader(l) => Some(LeaderView {
+                replicas: l.replicas.len(),
+                isr: l.isr.len(),
+                follower_lag: l
+                    .followers
+                    .iter()
+                    .map(|(r, f)| (*r, if f.log_end_offset < 0 { leo } else { (leo - f.log_end_offset).max(0) }))
+                    .collect(),
+            }),
+            Role::Follower { .. } => None,
+        }
+    }
+
+    /// Whether this broker leads and `replica` is one of its followers.
+    pub fn is_follower(&self, replica: i32) -> bool {
+        matches!(&*self.role.lock(), Role::Leader(l) if l.followers.contains_key(&replica))
     }
 
     pub fn is_leader(&self) -> bool {
@@ -1269,5 +1312,21 @@ mod tests {
         };
         p.become_follower(2, 2);
         assert_eq!(waiting.await.unwrap(), Err(ReplicationWait::NotLeader));
+    }
+
+    #[test]
+    fn the_leader_view_gives_each_followers_lag_and_a_follower_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open_at(dir.path(), 2_000);
+        p.become_leader(1, 1, 0, vec![1, 2, 3], vec![1, 2, 3], 2_000);
+        let end = p.append(idempotent_batch(7, 0, 3).into(), 2_000).unwrap().next_offset;
+        p.follower_fetched(2, 10, end, 2_100);
+        let v = p.leader_view().unwrap();
+        // Follower 3 has not fetched yet: all of the log is its lag.
+        assert_eq!((v.replicas, v.isr, v.follower_lag), (3, 3, vec![(2, 0), (3, end)]));
+        p.become_leader(1, 1, 1, vec![1, 2, 3], vec![1, 2], 2_200);
+        assert_eq!(p.leader_view().unwrap().isr, 2);
+        p.become_follower(2, 2);
+        assert_eq!(p.leader_view(), None);
     }
 }
