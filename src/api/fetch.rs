@@ -57,6 +57,22 @@ impl Outcome {
     }
 }
 
+/// Whether a follower's fetch counts as its progress: in the leader's epoch (when it names one),
+/// not past this log's end, and with its last fetched epoch ending where it thinks in this log.
+/// Kafka records a follower's fetch state only for such a fetch; a follower whose log diverged
+/// (it led once and took records this leader never had) would otherwise count as caught up and
+/// join the ISR before it truncates.
+fn follower_progress_is_valid(w: &Wanted, p: &crate::replication::Partition) -> bool {
+    if w.current_leader_epoch >= 0 && w.current_leader_epoch != p.leader_epoch() {
+        return false;
+    }
+    if w.fetch_offset > p.log_end_offset() {
+        return false;
+    }
+    w.last_fetched_epoch < 0
+        || matches!(p.end_offset_for_epoch(w.last_fetched_epoch), Some((e, end)) if e == w.last_fetched_epoch && end >= w.fetch_offset)
+}
+
 /// Reads one partition: for a consumer up to the high watermark, for a follower (`replica`) up
 /// to the log end, after checking that the follower's last epoch ends where it thinks (else it
 /// gets the diverging epoch and no records, KIP-595's check that Kafka's followers rely on).
@@ -259,7 +275,12 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             // Only a replica of the partition reads past the high watermark (Kafka answers
             // anyone else NOT_LEADER_OR_FOLLOWER).
             if let Ok(p) = &w.partition {
-                if !p.follower_fetched(replica, replica_epoch, w.fetch_offset, now) {
+                let known = if follower_progress_is_valid(w, p) {
+                    p.follower_fetched(replica, replica_epoch, w.fetch_offset, now)
+                } else {
+                    p.is_follower(replica)
+                };
+                if !known {
                     w.partition = Err(ResponseError::NotLeaderOrFollower);
                 }
             }

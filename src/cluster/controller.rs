@@ -25,7 +25,13 @@
 //! - **Preferred leaders**: a partition whose first replica is in the ISR, unfenced and not
 //!   shutting down, but not leading, is given back to it: on ElectLeaders, and periodically
 //!   where a broker's share of such partitions is over `leader.imbalance.per.broker.percentage`
-//!   (`auto.leader.rebalance.enable`). Unclean elections are not made.
+//!   (`auto.leader.rebalance.enable`).
+//! - **Unclean elections**: only where `unclean.leader.election.enable` holds for the topic (or
+//!   on ElectLeaders with the UNCLEAN type): a partition without a leader and without an
+//!   eligible ISR member gets its first eligible replica as leader, alone in the ISR, in leader
+//!   recovery state RECOVERING (KIP-704) until that leader's AlterPartition says RECOVERED;
+//!   while RECOVERING its ISR does not grow. What the old ISR had and it lacks is lost: the
+//!   trade the config makes.
 //!
 //! Eligible leader replicas (KIP-966) are not kept yet: a fenced broker that was the last ISR
 //! member stays in the ISR, leaderless, as in Kafka before KIP-966.
@@ -88,6 +94,10 @@ pub mod codes {
 
 /// Producer ids per AllocateProducerIds answer (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// KIP-704's leader recovery states (PartitionRecord / PartitionChangeRecord, AlterPartition).
+pub const RECOVERED: i8 = 0;
+pub const RECOVERING: i8 = 1;
 
 /// A broker's registration request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -460,19 +470,30 @@ impl Controller {
         if !isr.contains(&req.broker_id) {
             return Err(codes::INVALID_REQUEST);
         }
-        if isr == p.isr {
+        // KIP-704, as Kafka checks it: a recovered partition does not go back to RECOVERING,
+        // and a recovering leader's ISR stays itself alone.
+        if req.leader_recovery_state == RECOVERING && (p.leader_recovery_state == RECOVERED || isr.len() > 1) {
+            return Err(codes::INVALID_REQUEST);
+        }
+        let recovered = req.leader_recovery_state == RECOVERED && p.leader_recovery_state == RECOVERING;
+        if isr == p.isr && !recovered {
             return Ok(Vec::new());
         }
         let mut c = PartitionChange::new(req.topic_id, req.partition);
+        if recovered {
+            c.leader_recovery_state = RECOVERED;
+        }
         c.isr = Some(isr);
         Ok(vec![versioned(MetadataRecord::PartitionChange(c))])
     }
 
-    /// ElectLeaders: for each partition asked for (`None`: every partition), the outcome and,
-    /// for preferred elections (`election_type` 0) that move leadership, the records. An
-    /// unclean election (1) is needed only by a leaderless partition, and sluice does not make
-    /// one: it would elect a replica outside the ISR, which may lack acknowledged records.
-    /// Asked for every partition, only those elected are listed, as Kafka does.
+    /// ElectLeaders: for each partition asked for (`None`: every partition), the outcome and the
+    /// records. A preferred election (`election_type` 0) gives the partition to its first
+    /// replica where that is in the ISR and eligible. An unclean election (1) is for a partition
+    /// without a leader: an eligible ISR member if there is one, else the first eligible replica
+    /// ([`unclean_change`]), whatever the topic's `unclean.leader.election.enable`, as Kafka's
+    /// UNCLEAN election type does. Asked for every partition, only those elected are listed, as
+    /// Kafka does.
     pub fn elect_leaders(&self, image: &MetadataImage, election_type: i8, partitions: Option<&[(String, i32)]>) -> (Vec<VersionedRecord>, Vec<Election>) {
         let all: Vec<(String, i32)>;
         let asked = match partitions {
@@ -498,10 +519,20 @@ impl Controller {
             if election_type == 1 {
                 if p.leader >= 0 {
                     out.push(result(codes::ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.".into()));
+                } else if let Some(&clean) = p.isr.iter().find(|b| eligible(image, **b)) {
+                    let mut c = PartitionChange::new(topic.id, *index);
+                    c.leader = clean;
+                    records.push(versioned(MetadataRecord::PartitionChange(c)));
+                    out.push(result(0, String::new()));
+                } else if let Some(c) = unclean_change(image, topic.id, *index, p) {
+                    tracing::warn!(topic = %name, partition = index, leader = c.leader, isr = ?p.isr,
+                        "unclean leader election on request: records the old ISR had and the new leader lacks are lost");
+                    records.push(versioned(MetadataRecord::PartitionChange(c)));
+                    out.push(result(0, String::new()));
                 } else {
                     out.push(result(
                         codes::ELIGIBLE_LEADERS_NOT_AVAILABLE,
-                        format!("sluice does not elect a leader outside the ISR of {name}-{index}"),
+                        format!("No replica of {name}-{index} is alive to lead it"),
                     ));
                 }
             } else if p.leader == preferred {
@@ -522,6 +553,29 @@ impl Controller {
             out.retain(|e| e.code == 0);
         }
         (records, out)
+    }
+
+    /// Unclean elections where the topic allows them (`enabled`: the topic's
+    /// `unclean.leader.election.enable`): every partition without a leader and without an
+    /// eligible ISR member that has an eligible replica ([`unclean_change`]).
+    pub fn elect_unclean(&self, image: &MetadataImage, enabled: impl Fn(&str) -> bool) -> Vec<VersionedRecord> {
+        let mut out = Vec::new();
+        for topic in image.topics.values() {
+            if !topic.partitions.values().any(|p| p.leader < 0) || !enabled(&topic.name) {
+                continue;
+            }
+            for (i, p) in &topic.partitions {
+                if p.leader >= 0 || p.isr.iter().any(|b| eligible(image, *b)) {
+                    continue;
+                }
+                if let Some(c) = unclean_change(image, topic.id, *i, p) {
+                    tracing::warn!(topic = %topic.name, partition = i, leader = c.leader, isr = ?p.isr,
+                        "unclean leader election (unclean.leader.election.enable): records the old ISR had and the new leader lacks are lost");
+                    out.push(versioned(MetadataRecord::PartitionChange(c)));
+                }
+            }
+        }
+        out
     }
 
     /// Records that give each partition back to its preferred (first) replica where it can lead.
@@ -581,6 +635,8 @@ pub struct AlterIsr {
     pub partition_epoch: i32,
     /// `(broker, broker epoch the leader saw or -1)`.
     pub new_isr: Vec<(i32, i64)>,
+    /// [`RECOVERED`], or [`RECOVERING`] from a leader of an unclean election not done yet.
+    pub leader_recovery_state: i8,
 }
 
 /// The brokers new replicas are placed on: registered, unfenced, not shutting down.
@@ -610,6 +666,25 @@ fn new_partitions(image: &MetadataImage, topic_id: Uuid, first: i32, replicas: V
             versioned(MetadataRecord::Partition(p))
         })
         .collect()
+}
+
+/// An unclean election of `p`: its first eligible replica in replica order leads, alone in the
+/// ISR, in leader recovery state RECOVERING (KIP-704). None when no replica is eligible.
+fn unclean_change(image: &MetadataImage, topic_id: Uuid, index: i32, p: &super::image::PartitionState) -> Option<PartitionChange> {
+    let leader = p.replicas.iter().copied().find(|r| eligible(image, *r))?;
+    let mut c = PartitionChange::new(topic_id, index);
+    c.leader = leader;
+    c.isr = Some(vec![leader]);
+    c.leader_recovery_state = RECOVERING;
+    Some(c)
+}
+
+/// Whether `unclean.leader.election.enable` holds for `topic`: its own config, else the
+/// cluster-wide dynamic default, else `static_default` (the controller's server.properties).
+pub fn unclean_enabled(image: &MetadataImage, topic: &str, static_default: bool) -> bool {
+    const KEY: &str = "unclean.leader.election.enable";
+    let get = |resource: i8, name: &str| image.configs.get(&(resource, name.to_string())).and_then(|c| c.get(KEY)).map(|v| v == "true");
+    get(TOPIC_RESOURCE, topic).or_else(|| get(BROKER_RESOURCE, "")).unwrap_or(static_default)
 }
 
 /// Records making `broker` the leader of every partition without one whose ISR holds it.
@@ -796,6 +871,56 @@ mod tests {
     }
 
     #[test]
+    fn an_unclean_election_needs_the_topic_config_and_leaves_the_new_leader_recovering_alone() {
+        let (mut c, mut image, epochs) = three_brokers();
+        with_topic(&c, &mut image, "orders", 1, 3);
+        let t = image.topic_ids["orders"];
+        // The ISR shrinks to broker 1, which is then fenced: the partition has no leader.
+        let p = image.topics[&t].partitions[&0].clone();
+        let mut shrink = PartitionChange::new(t, 0);
+        shrink.leader = 1;
+        shrink.isr = Some(vec![1]);
+        apply_all(&mut image, &[versioned(MetadataRecord::PartitionChange(shrink))]);
+        for id in [2, 3] {
+            let hb = Heartbeat { broker_id: id, broker_epoch: epochs[&id], metadata_offset: image.offset, want_shutdown: false };
+            c.heartbeat(&image, &hb, TIMEOUT).unwrap();
+        }
+        let records = c.expire_sessions(&image, TIMEOUT + 1);
+        apply_all(&mut image, &records);
+        assert_eq!((image.topics[&t].partitions[&0].leader, image.topics[&t].partitions[&0].isr.clone()), (-1, vec![1]));
+        // Not enabled (the default): nothing.
+        assert!(c.elect_unclean(&image, |topic| unclean_enabled(&image, topic, false)).is_empty());
+        // Enabled on the topic: the first live replica leads alone, RECOVERING.
+        let mut on = image.clone();
+        apply_all(&mut on, &[versioned(MetadataRecord::Config {
+            resource_type: TOPIC_RESOURCE, resource_name: "orders".into(),
+            name: "unclean.leader.election.enable".into(), value: Some("true".into()),
+        })]);
+        let records = c.elect_unclean(&on, |topic| unclean_enabled(&on, topic, false));
+        apply_all(&mut on, &records);
+        let q = &on.topics[&t].partitions[&0];
+        let first_live = *p.replicas.iter().find(|r| **r != 1).unwrap();
+        assert_eq!((q.leader, q.isr.clone(), q.leader_recovery_state), (first_live, vec![first_live], RECOVERING));
+        assert!(q.leader_epoch > p.leader_epoch);
+        // While RECOVERING the ISR does not grow; RECOVERED it may, and never goes back.
+        let other = *p.replicas.iter().find(|r| **r != 1 && **r != first_live).unwrap();
+        let mut req = alter_isr(&on, &epochs, vec![(first_live, -1), (other, epochs[&other])]);
+        req.leader_recovery_state = RECOVERING;
+        assert_eq!(c.alter_partition(&on, &req), Err(codes::INVALID_REQUEST));
+        let recovered = c.alter_partition(&on, &alter_isr(&on, &epochs, vec![(first_live, -1)])).unwrap();
+        apply_all(&mut on, &recovered);
+        assert_eq!(on.topics[&t].partitions[&0].leader_recovery_state, RECOVERED);
+        let mut back = alter_isr(&on, &epochs, vec![(first_live, -1)]);
+        back.leader_recovery_state = RECOVERING;
+        assert_eq!(c.alter_partition(&on, &back), Err(codes::INVALID_REQUEST));
+        // ElectLeaders UNCLEAN makes the same election whatever the topic config says.
+        let (records, results) = c.elect_leaders(&image, 1, Some(&[("orders".to_string(), 0)]));
+        assert_eq!(results[0].code, 0);
+        apply_all(&mut image, &records);
+        assert_eq!(image.topics[&t].partitions[&0].leader_recovery_state, RECOVERING);
+    }
+
+    #[test]
     fn controlled_shutdown_moves_every_leadership_away_before_the_broker_may_exit() {
         let (mut c, mut image, epochs) = three_brokers();
         with_topic(&c, &mut image, "orders", 6, 3);
@@ -944,7 +1069,7 @@ mod tests {
         // Asked for everything: nothing left to elect is listed as nothing.
         let (records, results) = c.elect_leaders(&image, 0, None);
         assert!(records.is_empty() && results.is_empty(), "{results:?}");
-        // Unclean elections are never made.
+        // An unclean election is for a partition without a leader only.
         let (records, results) = c.elect_leaders(&image, 1, Some(&asked[..1]));
         assert!(records.is_empty());
         assert_eq!(results[0].code, codes::ELECTION_NOT_NEEDED);
@@ -1019,6 +1144,7 @@ mod tests {
             leader_epoch: p.leader_epoch,
             partition_epoch: p.partition_epoch,
             new_isr,
+            leader_recovery_state: RECOVERED,
         }
     }
 

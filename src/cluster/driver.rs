@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use super::controller::{codes, placement_brokers, AlterIsr, Controller, Election, Heartbeat, HeartbeatReply, Refusal, Registration};
+use super::controller::{codes, placement_brokers, unclean_enabled, AlterIsr, Controller, Election, Heartbeat, HeartbeatReply, Refusal, Registration};
 use super::image::MetadataImage;
 use super::placement::Start;
 use super::quorum::{MetadataQuorum, QuorumError};
@@ -55,6 +55,9 @@ pub struct ActiveController<Q> {
     /// `auto.leader.rebalance.enable`: every this many ms, with this imbalance percentage.
     rebalance: Option<(i64, i64)>,
     last_rebalance_ms: std::sync::atomic::AtomicI64,
+    /// `unclean.leader.election.enable` in this controller's server.properties: the default
+    /// for topics without their own and without a cluster-wide dynamic one.
+    unclean_default: bool,
     started: Instant,
     state: Mutex<Leading>,
 }
@@ -68,6 +71,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
             session_timeout_ms,
             rebalance: None,
             last_rebalance_ms: std::sync::atomic::AtomicI64::new(0),
+            unclean_default: false,
             started: Instant::now(),
             state: Mutex::new(Leading { term: None, core: Controller::new(session_timeout_ms) }),
         }
@@ -85,6 +89,12 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
     /// share of them led elsewhere is over `imbalance_percent` (`auto.leader.rebalance.enable`).
     pub fn with_leader_rebalance(mut self, interval_ms: i64, imbalance_percent: i64) -> ActiveController<Q> {
         self.rebalance = Some((interval_ms, imbalance_percent));
+        self
+    }
+
+    /// `unclean.leader.election.enable` for topics that set none (see [`Controller::elect_unclean`]).
+    pub fn with_unclean_default(mut self, enabled: bool) -> ActiveController<Q> {
+        self.unclean_default = enabled;
         self
     }
 
@@ -306,6 +316,9 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         let image = self.image();
         let mut records = bootstrap(&image, &self.registration, &self.imported);
         records.extend(state.core.expire_sessions(&image, self.now_ms()));
+        if records.is_empty() {
+            records = state.core.elect_unclean(&image, |topic| unclean_enabled(&image, topic, self.unclean_default));
+        }
         if !records.is_empty() {
             if let Err(e) = self.propose(records).await {
                 tracing::warn!(error = %e, "the active controller's timer work failed; retrying");

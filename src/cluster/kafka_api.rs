@@ -14,7 +14,7 @@
 //! | CreatePartitions 0-3 | per topic: new partitions placed as Kafka places them, or Kafka's error |
 //! | IncrementalAlterConfigs 0-1 | topics and dynamic broker configs, SET and DELETE (brokers resolve APPEND/SUBTRACT and send the result) |
 //! | AlterPartition 2–3 | a partition leader's new ISR, checked by `controller::alter_partition` (leader, broker and partition epochs, eligible members); per partition the new state or its error; NOT_CONTROLLER, STALE_BROKER_EPOCH at the top |
-//! | ElectLeaders 0–2 | preferred elections where the preferred replica is in the ISR and eligible (`controller::elect_leaders`); unclean ones are refused; brokers forward it here |
+//! | ElectLeaders 0–2 | preferred elections where the preferred replica is in the ISR and eligible, unclean ones for partitions without a leader (`controller::elect_leaders`); brokers forward it here |
 //! | AllocateProducerIds 0 | the next block of 1000 producer ids for a registered broker at its current epoch, or STALE_BROKER_EPOCH, NOT_CONTROLLER |
 //!
 //! Offsets in DescribeQuorum count Raft log entries (one entry is one proposal of one or more
@@ -402,6 +402,7 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
                     new_isr,
+                    leader_recovery_state: p.leader_recovery_state,
                 });
             }
         }

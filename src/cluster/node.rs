@@ -77,7 +77,10 @@ impl ControllerNode {
             }],
             features: Vec::new(),
         };
-        let mut controller = ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms).with_imported(imported);
+        let unclean = config.topic_defaults.get("unclean.leader.election.enable").is_some_and(|v| v == "true");
+        let mut controller = ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms)
+            .with_imported(imported)
+            .with_unclean_default(unclean);
         if config.auto_leader_rebalance_enable {
             controller = controller.with_leader_rebalance(
                 config.leader_imbalance_check_interval_seconds * 1000,

@@ -2,12 +2,16 @@
 three-node Apache Kafka cluster: a paused follower leaves the ISR of every partition it
 follows after `replica.lag.time.max.ms` and joins again once it runs and has caught up; while
 a partition's ISR is below `min.insync.replicas`, acks=all writes to it are refused with
-NOT_ENOUGH_REPLICAS and acks=1 writes are still taken; nothing acknowledged is lost. The
+NOT_ENOUGH_REPLICAS and acks=1 writes are still taken; nothing acknowledged is lost; on sluice
+the leader's metrics (under-replicated, under-min-ISR, ISR shrinks and expands, follower lag)
+say the same. The
 broker session timeout is set far above the lag time so that what moves the ISR is the lag, not
 the broker being fenced (test_cluster.py covers fencing).
 """
 import os
+import re
 import signal
+import urllib.request
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -24,6 +28,17 @@ def isr(bootstrap, topic):
         return sorted(md.partitions[0].isrs) if md.error is None else None
     except (KafkaException, KeyError):
         return None
+
+
+def metric(c, node, name, **labels):
+    """The value of one series on a sluice node's /metrics (0 when absent)."""
+    with urllib.request.urlopen("http://%s:%d/metrics" % (c.hosts[node], c.health_ports[node]), timeout=10) as r:
+        text = r.read().decode()
+    want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
+    for m in re.finditer(r"^%s(?:\{([^}]*)\})? (\S+)$" % re.escape(name), text, re.M):
+        if ",".join(sorted((m.group(1) or "").split(","))) == want or not labels and not m.group(1):
+            return float(m.group(2))
+    return 0.0
 
 
 @pytest.mark.parametrize("kind", ["sluice", "kafka"])
@@ -64,6 +79,17 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
         # wait out its request timeout).
         assert describe(node1, wide)[0] == (1, [1, 2, 3], [1, 3])
         assert describe(node1, narrow)[0] == (1, [1, 2], [1])
+        if kind == "sluice":
+            # The leader's metrics say the same: two partitions under-replicated, one under its
+            # min ISR, both ISRs shrunk, broker 2 behind by the acks=1 records; none offline.
+            assert metric(c, 1, "sluice_under_replicated_partitions") == 2
+            assert metric(c, 1, "sluice_under_min_isr_partitions") == 1
+            assert metric(c, 1, "sluice_isr_shrinks_total") >= 2
+            assert metric(c, 1, "sluice_partition_isr_size", topic=narrow, partition="0") == 1
+            assert metric(c, 1, "sluice_partition_replica_lag_offsets", topic=narrow, partition="0", replica="2") == 5
+            assert metric(c, 1, "sluice_offline_partitions") == 0
+            # Only the leader reports a partition's ISR.
+            assert metric(c, 3, "sluice_partition_isr_size", topic=wide, partition="0") == 0
         # Two of three in sync: acks=all is taken.
         d = produce_all(producer(node1, acks="all"), wide, make_records(20, 1, prefix="shrunk"))
         assert not d.failed and len(d.ok) == 20
@@ -80,6 +106,9 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
                lambda: isr(c.bootstrap, wide) == [1, 2, 3] and isr(c.bootstrap, narrow) == [1, 2], timeout=60)
     assert sorted(describe(c.bootstrap, wide)[0][2]) == [1, 2, 3]
     assert sorted(describe(c.bootstrap, narrow)[0][2]) == [1, 2]
+    if kind == "sluice":
+        assert metric(c, 1, "sluice_under_replicated_partitions") == 0
+        assert metric(c, 1, "sluice_isr_expands_total") >= 2
     d = produce_all(producer(c.bootstrap, acks="all"), narrow, make_records(5, 1, prefix="healed"))
     assert not d.failed and len(d.ok) == 5
     acked[narrow].update(d.ok)
@@ -88,3 +117,66 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
         at = {r["key"]: r["offset"] for r in got[0]}
         assert {k: at.get(k) for k in acked[topic]} == {k: o for k, (_, o) in acked[topic].items()}
         assert not any(k.startswith(b"refused") for k in at)
+
+
+@pytest.mark.parametrize("kind", ["sluice", "kafka"])
+def test_a_replica_outside_the_isr_leads_only_where_unclean_election_is_enabled(kind, request):
+    """Broker 2 falls out of the ISR of two partitions led by broker 1, which takes records
+    alone and is then killed. Where `unclean.leader.election.enable` is true, broker 2 leads
+    and the records only broker 1 had are gone (the trade the config makes); where it is false
+    (the default) the partition stays offline until kafka-leader-election --election-type
+    UNCLEAN asks for the same. Broker 1, back, follows broker 2 and drops what it had alone."""
+    make = request.getfixturevalue("sluice_cluster" if kind == "sluice" else "kafka_cluster")
+    c = make(3, overrides={"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "6000",
+                           "broker.heartbeat.interval.ms": "500"})
+    node1 = "%s:%d" % (c.hosts[1], c.ports[1])
+    node3 = "%s:%d" % (c.hosts[3], c.ports[3])
+    clean, unclean = unique("clean"), unique("unclean")
+    for topic, on in ((clean, "false"), (unclean, "true")):
+        tool("TopicCommand", "--bootstrap-server", c.bootstrap, "--create", "--topic", topic, "--replica-assignment", "1:2",
+             "--config", "min.insync.replicas=1", "--config", "unclean.leader.election.enable=" + on)
+        wait_until("%s to have its whole ISR" % topic, lambda: isr(c.bootstrap, topic) == [1, 2])
+    for topic in (clean, unclean):
+        d = produce_all(producer(c.bootstrap, acks="all"), topic, make_records(10, 1, prefix="both"))
+        assert not d.failed and len(d.ok) == 10
+
+    os.kill(c.pid(2), signal.SIGSTOP)
+    try:
+        for topic in (clean, unclean):
+            d = produce_all(producer(node1, acks="1"), topic, make_records(5, 1, prefix="lagging"))
+            assert not d.failed
+        wait_until("broker 2 to leave both ISRs", lambda: isr(node1, clean) == [1] and isr(node1, unclean) == [1], timeout=60)
+        # acks=all with min.insync.replicas=1: broker 1 alone acknowledges these.
+        for topic in (clean, unclean):
+            d = produce_all(producer(node1, acks="all"), topic, make_records(5, 1, prefix="alone"))
+            assert not d.failed and len(d.ok) == 5
+        c.kill9(1)
+    finally:
+        os.kill(c.pid(2), signal.SIGCONT)
+
+    rows = wait_until("broker 2 to lead the unclean topic",
+                      lambda: (lambda r: r if r.get(0) and r[0][0] == 2 else None)(describe(node3, unclean)), timeout=90)
+    assert rows[0][2] == [2]
+    assert describe(node3, clean)[0][0] == -1, "the clean topic must stay offline"
+    d = produce_all(producer(node3, acks="all"), unclean, make_records(5, 1, prefix="after"))
+    assert not d.failed and len(d.ok) == 5
+    got = consume_partitions(node3, unclean, 1, expect=15)
+    keys = [r["key"] for r in got[0]]
+    kinds = [k.split(b"-")[0] for k in keys]
+    # A fetch answer already on its way when broker 2 stopped may have brought it some of the
+    # acks=1 records; none of those acknowledged while broker 1 was alone reached it.
+    lagging = len(keys) - 15
+    assert 0 <= lagging <= 5 and kinds == [b"both"] * 10 + [b"lagging"] * lagging + [b"after"] * 5, keys
+    assert [r["offset"] for r in got[0]] == list(range(len(keys)))
+
+    # The same election on request, for the topic that does not allow it by config.
+    tool("LeaderElectionCommand", "--bootstrap-server", node3, "--election-type", "UNCLEAN", "--topic", clean, "--partition", "0")
+    wait_until("broker 2 to lead the clean topic", lambda: describe(node3, clean)[0][0] == 2, timeout=60)
+
+    # Broker 1 comes back as a follower and truncates to broker 2's log.
+    c.start(1)
+    wait_until("broker 1 to rejoin the unclean topic's ISR", lambda: isr(c.bootstrap, unclean) == [1, 2], timeout=90)
+    c.kill9(2)
+    wait_until("broker 1 to lead again", lambda: describe(node3, unclean)[0][0] == 1, timeout=60)
+    got = consume_partitions(node3, unclean, 1, expect=len(keys))
+    assert [r["key"] for r in got[0]] == keys
