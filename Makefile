@@ -50,8 +50,9 @@ test-chaos: release test-clients
 CHAOS_TARGET ?= sluice
 CHAOS_SECONDS ?= 1800
 CHAOS_SEED ?= 1
+CHAOS_NET ?= 0
 chaos: $(if $(filter sluice,$(CHAOS_TARGET)),release)
-	chaos/run.sh --target $(CHAOS_TARGET) --duration $(CHAOS_SECONDS) --seed $(CHAOS_SEED) \
+	chaos/run.sh --target $(CHAOS_TARGET) --duration $(CHAOS_SECONDS) --seed $(CHAOS_SEED) --net $(CHAOS_NET) \
 	  --summary chaos/results/$(CHAOS_TARGET)-acks-all-$(CHAOS_SECONDS)s.json
 
 ## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,

@@ -2,12 +2,13 @@
 mesh of veth pairs, so that the link between two nodes can be cut while both still reach the
 clients.
 
-    node i: namespace chaos-<i>, address 10.99.0.<i> (on the namespace's lo)
-    peers:  a veth pair per pair of nodes (cx<i><j> in i's namespace, cx<j><i> in j's), with a
-            /32 route to the other node's address through it
-    host:   a veth pair per node (ch<i> on the host, cn<i> in the namespace); the host holds
-            10.99.0.254 (on its lo), so the clients (this process) reach every node and every
-            node reaches them
+    node i: namespace chaos<m>-<i>, address 10.<99-m>.0.<i> (on the namespace's lo), where m
+            is the mesh's number (0 by default; two runs at once need two numbers)
+    peers:  a veth pair per pair of nodes (c<m>x<i><j> in i's namespace, c<m>x<j><i> in j's),
+            with a /32 route to the other node's address through it
+    host:   a veth pair per node (c<m>h<i> on the host, c<m>n<i> in the namespace); the host
+            holds 10.<99-m>.0.254 (on its lo), so the clients (this process) reach every node
+            and every node reaches them
 
 Cutting i-j sets both ends of that pair down (the kernel drops the routes through it: a node
 trying to reach the other gets "network unreachable", established connections stall until their
@@ -20,8 +21,6 @@ which also clears what an earlier run that died left behind.
 import itertools
 import subprocess
 
-SUBNET = "10.99.0."
-HOST_ADDR = SUBNET + "254"
 
 
 def ip(*args, check=True):
@@ -32,17 +31,22 @@ def ip(*args, check=True):
 
 
 class Mesh:
-    def __init__(self, n):
+    def __init__(self, n, number=0):
+        assert 0 <= number < 10
         self.nodes = list(range(1, n + 1))
         self.cut = set()
+        self.m = number
+        self.subnet = "10.%d.0." % (99 - number)
+        self.host_addr = self.subnet + "254"
 
-    @staticmethod
-    def ns(i):
-        return "chaos-%d" % i
+    def ns(self, i):
+        return "chaos%d-%d" % (self.m, i)
 
-    @staticmethod
-    def host(i):
-        return SUBNET + str(i)
+    def host(self, i):
+        return self.subnet + str(i)
+
+    def _if(self, kind, *nodes):
+        return "c%d%s%s" % (self.m, kind, "".join(str(n) for n in nodes))
 
     def wrap(self, i):
         """The command prefix that runs a program in node i's namespace."""
@@ -50,31 +54,31 @@ class Mesh:
 
     def setup(self):
         self.teardown()
-        ip("addr", "add", HOST_ADDR + "/32", "dev", "lo")
+        ip("addr", "add", self.host_addr + "/32", "dev", "lo")
         for i in self.nodes:
             ns = self.ns(i)
             ip("netns", "add", ns)
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", ns, "addr", "add", self.host(i) + "/32", "dev", "lo")
-            ip("link", "add", "ch%d" % i, "type", "veth", "peer", "name", "cn%d" % i)
-            ip("link", "set", "cn%d" % i, "netns", ns)
-            ip("link", "set", "ch%d" % i, "up")
-            ip("-n", ns, "link", "set", "cn%d" % i, "up")
-            ip("route", "replace", self.host(i) + "/32", "dev", "ch%d" % i, "src", HOST_ADDR)
-            ip("-n", ns, "route", "replace", HOST_ADDR + "/32", "dev", "cn%d" % i, "src", self.host(i))
+            ip("link", "add", self._if("h", i), "type", "veth", "peer", "name", self._if("n", i))
+            ip("link", "set", self._if("n", i), "netns", ns)
+            ip("link", "set", self._if("h", i), "up")
+            ip("-n", ns, "link", "set", self._if("n", i), "up")
+            ip("route", "replace", self.host(i) + "/32", "dev", self._if("h", i), "src", self.host_addr)
+            ip("-n", ns, "route", "replace", self.host_addr + "/32", "dev", self._if("n", i), "src", self.host(i))
         for i, j in itertools.combinations(self.nodes, 2):
-            ip("link", "add", "cx%d%d" % (i, j), "type", "veth", "peer", "name", "cx%d%d" % (j, i))
-            ip("link", "set", "cx%d%d" % (i, j), "netns", self.ns(i))
-            ip("link", "set", "cx%d%d" % (j, i), "netns", self.ns(j))
+            ip("link", "add", self._if("x", i, j), "type", "veth", "peer", "name", self._if("x", j, i))
+            ip("link", "set", self._if("x", i, j), "netns", self.ns(i))
+            ip("link", "set", self._if("x", j, i), "netns", self.ns(j))
             self._link(i, j, up=True)
         return self
 
     def _link(self, i, j, up):
         for a, b in ((i, j), (j, i)):
-            ip("-n", self.ns(a), "link", "set", "cx%d%d" % (a, b), "up" if up else "down")
+            ip("-n", self.ns(a), "link", "set", self._if("x", a, b), "up" if up else "down")
         if up:
             for a, b in ((i, j), (j, i)):
-                ip("-n", self.ns(a), "route", "replace", self.host(b) + "/32", "dev", "cx%d%d" % (a, b),
+                ip("-n", self.ns(a), "route", "replace", self.host(b) + "/32", "dev", self._if("x", a, b),
                    "src", self.host(a))
 
     def isolate(self, i):
@@ -97,5 +101,5 @@ class Mesh:
     def teardown(self):
         for i in self.nodes:
             ip("netns", "del", self.ns(i), check=False)
-            ip("link", "del", "ch%d" % i, check=False)
-        ip("addr", "del", HOST_ADDR + "/32", "dev", "lo", check=False)
+            ip("link", "del", self._if("h", i), check=False)
+        ip("addr", "del", self.host_addr + "/32", "dev", "lo", check=False)

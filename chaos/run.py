@@ -295,6 +295,7 @@ def main():
     ap.add_argument("--readers", type=int, default=2)
     ap.add_argument("--rate", type=float, default=300, help="records per second per writer")
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--net", type=int, default=0, help="the network mesh's number, 0-9 (two runs at once need two)")
     ap.add_argument("--workdir")
     ap.add_argument("--summary")
     ap.add_argument("--expect-loss", action="store_true", help="succeed only if writes were lost (a self-check)")
@@ -310,7 +311,7 @@ def main():
     log("chaos: target=%s duration=%ss acks=%s unclean=%s faults=%s seed=%d workdir=%s" % (
         args.target, args.duration, args.acks, args.unclean, ",".join(kinds), args.seed, workdir))
 
-    mesh = Mesh(3).setup() if root else None
+    mesh = Mesh(3, args.net).setup() if root else None
     cluster = None
     try:
         cluster = Cluster(args.target, workdir, mesh)
