@@ -57,20 +57,11 @@ impl Outcome {
     }
 }
 
-/// Whether a follower's fetch counts as its progress: in the leader's epoch (when it names one),
-/// not past this log's end, and with its last fetched epoch ending where it thinks in this log.
-/// Kafka records a follower's fetch state only for such a fetch; a follower whose log diverged
-/// (it led once and took records this leader never had) would otherwise count as caught up and
-/// join the ISR before it truncates.
+/// Whether a follower's fetch counts as its progress: in the leader's epoch (when it names one)
+/// and consistent with this log ([`crate::replication::Partition::follower_fetch_is_consistent`]).
 fn follower_progress_is_valid(w: &Wanted, p: &crate::replication::Partition) -> bool {
-    if w.current_leader_epoch >= 0 && w.current_leader_epoch != p.leader_epoch() {
-        return false;
-    }
-    if w.fetch_offset > p.log_end_offset() {
-        return false;
-    }
-    w.last_fetched_epoch < 0
-        || matches!(p.end_offset_for_epoch(w.last_fetched_epoch), Some((e, end)) if e == w.last_fetched_epoch && end >= w.fetch_offset)
+    (w.current_leader_epoch < 0 || w.current_leader_epoch == p.leader_epoch())
+        && p.follower_fetch_is_consistent(w.fetch_offset, w.last_fetched_epoch)
 }
 
 /// Reads one partition: for a consumer up to the high watermark, for a follower (`replica`) up

@@ -294,6 +294,20 @@ impl Partition {
         }
     }
 
+    /// Whether a follower's fetch from `fetch_offset`, whose last batch is in
+    /// `last_fetched_epoch` (-1: it does not say), agrees with this log: not past its end, and
+    /// that epoch ending here where the follower thinks. Only such a fetch is the follower's
+    /// progress (Kafka records follower fetch state only then): a follower whose log diverged,
+    /// an old leader back with records this one never had, would otherwise count as caught up
+    /// and join the ISR before it truncates.
+    pub fn follower_fetch_is_consistent(&self, fetch_offset: i64, last_fetched_epoch: i32) -> bool {
+        if fetch_offset > self.log_end_offset() {
+            return false;
+        }
+        last_fetched_epoch < 0
+            || matches!(self.end_offset_for_epoch(last_fetched_epoch), Some((e, end)) if e == last_fetched_epoch && end >= fetch_offset)
+    }
+
     /// Whether this broker leads and `replica` is one of its followers.
     pub fn is_follower(&self, replica: i32) -> bool {
         matches!(&*self.role.lock(), Role::Leader(l) if l.followers.contains_key(&replica))
@@ -1328,5 +1342,23 @@ mod tests {
         assert_eq!(p.leader_view().unwrap().isr, 2);
         p.become_follower(2, 2);
         assert_eq!(p.leader_view(), None);
+    }
+
+    #[test]
+    fn a_fetch_from_a_diverged_log_is_not_a_followers_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open_at(dir.path(), 2_000);
+        p.become_leader(1, 3, 0, vec![1, 2], vec![1], 2_000);
+        let end = p.append(idempotent_batch(7, 0, 4).into(), 2_000).unwrap().next_offset;
+        assert_eq!(p.latest_epoch(), Some(3));
+        assert!(p.follower_fetch_is_consistent(end, 3), "caught up in the leader's epoch");
+        assert!(p.follower_fetch_is_consistent(2, 3));
+        assert!(p.follower_fetch_is_consistent(end, -1), "an older fetch that names no epoch");
+        // An old leader back with records of epoch 2 this log does not have past offset 0, or
+        // with more records than this log: not progress (it gets the diverging epoch).
+        assert!(!p.follower_fetch_is_consistent(end, 2));
+        assert!(!p.follower_fetch_is_consistent(end + 3, 3));
+        assert!(!p.follower_fetch_is_consistent(end + 3, -1));
+        assert!(!p.follower_fetch_is_consistent(end, 9), "an epoch this log never had");
     }
 }
