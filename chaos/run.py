@@ -12,8 +12,9 @@
   replication factor 3, min.insync.replicas=2.
 - Writers: librdkafka producers (confluent-kafka), idempotent with acks=all (or plain acks=1),
   each writing unique values "<producer>-<seq>" round-robin over the partitions at a steady
-  rate. The delivery timeout (120 s) is far above any fault: a librdkafka idempotent producer
-  whose send times out re-sends under new sequence numbers, a duplicate no broker can see.
+  rate. The delivery and request timeouts (120 s, 45 s) are far above any fault: a librdkafka
+  idempotent producer whose send times out re-sends under new sequence numbers, a duplicate no
+  broker can see.
 - Readers: consumers with assign (no group), reading from the start and now and then seeking
   back to an earlier offset; every record they poll is recorded in order.
 - Nemesis: every few seconds one fault, leaders preferred as targets: kill -9 and a restart a
@@ -133,8 +134,13 @@ class Writer(threading.Thread):
     def __init__(self, ident, bootstrap, acks, rate, writes, lock, stop):
         super().__init__(daemon=True)
         self.num, self.rate, self.writes, self.lock, self.stop = ident, rate, writes, lock, stop
+        # Both timeouts are far above the longest fault (12 s): when a produce request times out
+        # in the client, librdkafka's idempotent producer may bump its epoch and send what was
+        # in flight again under new sequence numbers, a duplicate no broker can detect (seen
+        # against Kafka 4.4 with a 10 s request timeout and 12 s partitions: the same 729
+        # records at producer epoch 1 and again at epoch 2, sequence 0).
         conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "delivery.timeout.ms": 120000,
-                "request.timeout.ms": 10000, "enable.idempotence": acks == "all", "log_level": 2}
+                "request.timeout.ms": 45000, "enable.idempotence": acks == "all", "log_level": 2}
         self.p = Producer(conf)
         self.sent = 0
         self.flush_left = None
