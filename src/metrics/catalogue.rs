@@ -264,7 +264,7 @@ mod tests {
                 assert!(!m.name.contains(unit), "{}: use base units", m.name);
             }
             for l in m.labels {
-                assert!(["api", "version", "phase", "error", "reason", "topic", "partition", "group", "state", "backend", "appends"]
+                assert!(["api", "version", "phase", "error", "reason", "topic", "partition", "group", "state", "backend", "appends", "replica"]
                     .contains(l), "{}: label {l} is not in the bounded set", m.name);
             }
         }

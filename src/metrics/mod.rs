@@ -31,6 +31,8 @@
 //!   small fixed sets.
 //! - `topic`, `partition`: topics and partitions that exist on this broker (only existing ones
 //!   are counted, so a client cannot mint labels by naming topics that do not exist).
+//! - `replica`: the broker ids of a partition's replicas, on the partitions this broker leads
+//!   (at most the replication factor less one series per partition).
 //! - `group`: consumer group ids are client-chosen, so per-group series are capped at
 //!   [`collector::MAX_GROUPS`] groups (in name order); `sluice_metrics_omitted_groups` says how
 //!   many were left out. Client ids and hosts never become labels.
