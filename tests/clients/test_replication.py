@@ -30,6 +30,20 @@ def isr(bootstrap, topic):
         return None
 
 
+def describe_quick(config, bootstrap, topic):
+    """kafka-topics --describe with short admin timeouts (`config`): partition 0's (leader,
+    replicas, sorted ISR), or None when the tool fails. With a broker paused but not fenced,
+    Kafka's tool may send its ListPartitionReassignments to that broker and time out; the next
+    try picks another."""
+    r = tool("TopicCommand", "--bootstrap-server", bootstrap, "--command-config", str(config), "--describe",
+             "--topic", topic, check=False)
+    m = re.search(r"Partition: 0\s+Leader: (-?\d+|none)\s+Replicas: ([\d,]*)\s+Isr: ([\d,]*)", r.stdout)
+    if r.returncode != 0 or not m:
+        return None
+    ints = lambda v: [int(x) for x in v.split(",") if x]
+    return (-1 if m.group(1) == "none" else int(m.group(1)), ints(m.group(2)), sorted(ints(m.group(3))))
+
+
 def metric(c, node, name, **labels):
     """The value of one series on a sluice node's /metrics (0 when absent)."""
     with urllib.request.urlopen("http://%s:%d/metrics" % (c.hosts[node], c.health_ports[node]), timeout=10) as r:
@@ -75,10 +89,12 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
         wait_until("broker 2 to leave both ISRs",
                    lambda: isr(node1, wide) == [1, 3] and isr(node1, narrow) == [1], timeout=60)
         assert 2 in admin(node1).list_topics(timeout=10).brokers, "broker 2 was fenced, not dropped for lagging"
-        # kafka-topics --describe shows it (Kafka's tool may first send to the paused broker and
-        # wait out its request timeout).
-        assert describe(node1, wide)[0] == (1, [1, 2, 3], [1, 3])
-        assert describe(node1, narrow)[0] == (1, [1, 2], [1])
+        # kafka-topics --describe shows it.
+        quick = request.getfixturevalue("tmp_path") / "admin.properties"
+        quick.write_text("request.timeout.ms=5000\ndefault.api.timeout.ms=10000\n")
+        wait_until("kafka-topics --describe to show both ISRs shrunk",
+                   lambda: describe_quick(quick, node1, wide) == (1, [1, 2, 3], [1, 3])
+                   and describe_quick(quick, node1, narrow) == (1, [1, 2], [1]), timeout=120)
         if kind == "sluice":
             # The leader's metrics say the same: two partitions under-replicated, one under its
             # min ISR, both ISRs shrunk, broker 2 behind by the acks=1 records; none offline.
@@ -125,39 +141,50 @@ def test_a_replica_outside_the_isr_leads_only_where_unclean_election_is_enabled(
     alone and is then killed. Where `unclean.leader.election.enable` is true, broker 2 leads
     and the records only broker 1 had are gone (the trade the config makes); where it is false
     (the default) the partition stays offline until kafka-leader-election --election-type
-    UNCLEAN asks for the same. Broker 1, back, follows broker 2 and drops what it had alone."""
+    UNCLEAN asks for the same. Broker 1, back, follows broker 2 and drops what it had alone.
+
+    "Broker 1" and "broker 2" are the two that are not the active controller: on sluice a
+    broker's call to a paused controller waits out its 10 s timeout, longer than the 6 s session
+    here, so the new controller fences every broker (a known bug, not what this tests)."""
     make = request.getfixturevalue("sluice_cluster" if kind == "sluice" else "kafka_cluster")
     c = make(3, overrides={"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "6000",
                            "broker.heartbeat.interval.ms": "500"})
-    node1 = "%s:%d" % (c.hosts[1], c.ports[1])
-    node3 = "%s:%d" % (c.hosts[3], c.ports[3])
+    status = tool("MetadataQuorumCommand", "--bootstrap-server", c.bootstrap, "describe", "--status").stdout
+    keeper = int(re.search(r"LeaderId:\s+(\d+)", status).group(1))
+    one, two = [n for n in (1, 2, 3) if n != keeper]
+    node1 = "%s:%d" % (c.hosts[one], c.ports[one])
+    node3 = "%s:%d" % (c.hosts[keeper], c.ports[keeper])
+    quick = request.getfixturevalue("tmp_path") / "admin.properties"
+    quick.write_text("request.timeout.ms=5000\ndefault.api.timeout.ms=10000\n")
+    leader = lambda topic: (describe_quick(quick, node3, topic) or (None,))[0]
     clean, unclean = unique("clean"), unique("unclean")
     for topic, on in ((clean, "false"), (unclean, "true")):
-        tool("TopicCommand", "--bootstrap-server", c.bootstrap, "--create", "--topic", topic, "--replica-assignment", "1:2",
+        tool("TopicCommand", "--bootstrap-server", c.bootstrap, "--create", "--topic", topic, "--replica-assignment", "%d:%d" % (one, two),
              "--config", "min.insync.replicas=1", "--config", "unclean.leader.election.enable=" + on)
-        wait_until("%s to have its whole ISR" % topic, lambda: isr(c.bootstrap, topic) == [1, 2])
+        wait_until("%s to have its whole ISR" % topic, lambda: isr(c.bootstrap, topic) == sorted([one, two]))
     for topic in (clean, unclean):
         d = produce_all(producer(c.bootstrap, acks="all"), topic, make_records(10, 1, prefix="both"))
         assert not d.failed and len(d.ok) == 10
 
-    os.kill(c.pid(2), signal.SIGSTOP)
+    os.kill(c.pid(two), signal.SIGSTOP)
     try:
         for topic in (clean, unclean):
             d = produce_all(producer(node1, acks="1"), topic, make_records(5, 1, prefix="lagging"))
             assert not d.failed
-        wait_until("broker 2 to leave both ISRs", lambda: isr(node1, clean) == [1] and isr(node1, unclean) == [1], timeout=60)
+        wait_until("broker 2 to leave both ISRs", lambda: isr(node1, clean) == [one] and isr(node1, unclean) == [one], timeout=60)
         # acks=all with min.insync.replicas=1: broker 1 alone acknowledges these.
         for topic in (clean, unclean):
             d = produce_all(producer(node1, acks="all"), topic, make_records(5, 1, prefix="alone"))
             assert not d.failed and len(d.ok) == 5
-        c.kill9(1)
+        c.kill9(one)
     finally:
-        os.kill(c.pid(2), signal.SIGCONT)
+        os.kill(c.pid(two), signal.SIGCONT)
 
-    rows = wait_until("broker 2 to lead the unclean topic",
-                      lambda: (lambda r: r if r.get(0) and r[0][0] == 2 else None)(describe(node3, unclean)), timeout=90)
-    assert rows[0][2] == [2]
-    assert describe(node3, clean)[0][0] == -1, "the clean topic must stay offline"
+    row = wait_until("broker 2 to lead the unclean topic",
+                     lambda: (lambda r: r if r and r[0] == two else None)(describe_quick(quick, node3, unclean)), timeout=90)
+    assert row[2] == [two]
+    assert wait_until("the clean topic to be described", lambda: describe_quick(quick, node3, clean))[0] == -1, \
+        "the clean topic must stay offline"
     d = produce_all(producer(node3, acks="all"), unclean, make_records(5, 1, prefix="after"))
     assert not d.failed and len(d.ok) == 5
     got = consume_partitions(node3, unclean, 1, expect=15)
@@ -171,12 +198,12 @@ def test_a_replica_outside_the_isr_leads_only_where_unclean_election_is_enabled(
 
     # The same election on request, for the topic that does not allow it by config.
     tool("LeaderElectionCommand", "--bootstrap-server", node3, "--election-type", "UNCLEAN", "--topic", clean, "--partition", "0")
-    wait_until("broker 2 to lead the clean topic", lambda: describe(node3, clean)[0][0] == 2, timeout=60)
+    wait_until("broker 2 to lead the clean topic", lambda: leader(clean) == two, timeout=60)
 
     # Broker 1 comes back as a follower and truncates to broker 2's log.
-    c.start(1)
-    wait_until("broker 1 to rejoin the unclean topic's ISR", lambda: isr(c.bootstrap, unclean) == [1, 2], timeout=90)
-    c.kill9(2)
-    wait_until("broker 1 to lead again", lambda: describe(node3, unclean)[0][0] == 1, timeout=60)
+    c.start(one)
+    wait_until("broker 1 to rejoin the unclean topic's ISR", lambda: isr(c.bootstrap, unclean) == sorted([one, two]), timeout=90)
+    c.kill9(two)
+    wait_until("broker 1 to lead again", lambda: leader(unclean) == one, timeout=60)
     got = consume_partitions(node3, unclean, 1, expect=len(keys))
     assert [r["key"] for r in got[0]] == keys
