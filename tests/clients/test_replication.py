@@ -61,15 +61,20 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
     # The session timeout is far above the lag time: broker 2 leaves the ISRs for lagging while
     # it is still a registered, unfenced broker.
     c = make(3, overrides={"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "60000"})
-    node1 = "%s:%d" % (c.hosts[1], c.ports[1])
+    # "Broker 1" leads, "broker 2" is paused: the two that are not the active controller (see
+    # the unclean-election test below for why).
+    status = tool("MetadataQuorumCommand", "--bootstrap-server", c.bootstrap, "describe", "--status").stdout
+    keeper = int(re.search(r"LeaderId:\s+(\d+)", status).group(1))
+    one, two = [n for n in (1, 2, 3) if n != keeper]
+    node1 = "%s:%d" % (c.hosts[one], c.ports[one])
     wide, narrow = unique("isr-wide"), unique("isr-narrow")
     # Broker 1 leads both; broker 2 follows both; the narrow topic has no third replica.
-    for topic, assignment in ((wide, "1:2:3"), (narrow, "1:2")):
+    for topic, assignment in ((wide, "%d:%d:%d" % (one, two, keeper)), (narrow, "%d:%d" % (one, two))):
         tool("TopicCommand", "--bootstrap-server", c.bootstrap, "--create", "--topic", topic,
              "--replica-assignment", assignment, "--config", "min.insync.replicas=2")
-    for topic, whole in ((wide, [1, 2, 3]), (narrow, [1, 2])):
+    for topic, whole in ((wide, [1, 2, 3]), (narrow, sorted([one, two]))):
         wait_until("%s to have its whole ISR" % topic,
-                   lambda: (lambda r: r if r.get(0) and r[0][0] == 1 and sorted(r[0][2]) == whole else None)(
+                   lambda: (lambda r: r if r.get(0) and r[0][0] == one and sorted(r[0][2]) == whole else None)(
                        describe(c.bootstrap, topic)))
     acked = {}
     for topic in (wide, narrow):
@@ -77,7 +82,7 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
         assert not d.failed and len(d.ok) == 20
         acked[topic] = dict(d.ok)
 
-    os.kill(c.pid(2), signal.SIGSTOP)
+    os.kill(c.pid(two), signal.SIGSTOP)
     try:
         # A follower with nothing to fetch is in sync however long it is silent (Kafka's rule:
         # caught up to the leader's log end); acks=1 writes, which only the leader takes, put
@@ -87,25 +92,25 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
             assert not d.failed and len(d.ok) == 5
             acked[topic].update(d.ok)
         wait_until("broker 2 to leave both ISRs",
-                   lambda: isr(node1, wide) == [1, 3] and isr(node1, narrow) == [1], timeout=60)
-        assert 2 in admin(node1).list_topics(timeout=10).brokers, "broker 2 was fenced, not dropped for lagging"
+                   lambda: isr(node1, wide) == sorted([one, keeper]) and isr(node1, narrow) == [one], timeout=60)
+        assert two in admin(node1).list_topics(timeout=10).brokers, "broker 2 was fenced, not dropped for lagging"
         # kafka-topics --describe shows it.
         quick = request.getfixturevalue("tmp_path") / "admin.properties"
         quick.write_text("request.timeout.ms=5000\ndefault.api.timeout.ms=10000\n")
         wait_until("kafka-topics --describe to show both ISRs shrunk",
-                   lambda: describe_quick(quick, node1, wide) == (1, [1, 2, 3], [1, 3])
-                   and describe_quick(quick, node1, narrow) == (1, [1, 2], [1]), timeout=120)
+                   lambda: describe_quick(quick, node1, wide) == (one, [one, two, keeper], sorted([one, keeper]))
+                   and describe_quick(quick, node1, narrow) == (one, [one, two], [one]), timeout=120)
         if kind == "sluice":
             # The leader's metrics say the same: two partitions under-replicated, one under its
             # min ISR, both ISRs shrunk, broker 2 behind by the acks=1 records; none offline.
-            assert metric(c, 1, "sluice_under_replicated_partitions") == 2
-            assert metric(c, 1, "sluice_under_min_isr_partitions") == 1
-            assert metric(c, 1, "sluice_isr_shrinks_total") >= 2
-            assert metric(c, 1, "sluice_partition_isr_size", topic=narrow, partition="0") == 1
-            assert metric(c, 1, "sluice_partition_replica_lag_offsets", topic=narrow, partition="0", replica="2") == 5
-            assert metric(c, 1, "sluice_offline_partitions") == 0
+            assert metric(c, one, "sluice_under_replicated_partitions") == 2
+            assert metric(c, one, "sluice_under_min_isr_partitions") == 1
+            assert metric(c, one, "sluice_isr_shrinks_total") >= 2
+            assert metric(c, one, "sluice_partition_isr_size", topic=narrow, partition="0") == 1
+            assert metric(c, one, "sluice_partition_replica_lag_offsets", topic=narrow, partition="0", replica=str(two)) == 5
+            assert metric(c, one, "sluice_offline_partitions") == 0
             # Only the leader reports a partition's ISR.
-            assert metric(c, 3, "sluice_partition_isr_size", topic=wide, partition="0") == 0
+            assert metric(c, keeper, "sluice_partition_isr_size", topic=wide, partition="0") == 0
         # Two of three in sync: acks=all is taken.
         d = produce_all(producer(node1, acks="all"), wide, make_records(20, 1, prefix="shrunk"))
         assert not d.failed and len(d.ok) == 20
@@ -116,15 +121,15 @@ def test_a_paused_follower_leaves_the_isr_and_acks_all_below_min_isr_is_refused(
         assert not d.ok and len(d.failed) == 5
         assert {e.code() for e in d.failed.values()} == {KafkaError.NOT_ENOUGH_REPLICAS}, d.failed
     finally:
-        os.kill(c.pid(2), signal.SIGCONT)
+        os.kill(c.pid(two), signal.SIGCONT)
 
     wait_until("broker 2 to join both ISRs again",
-               lambda: isr(c.bootstrap, wide) == [1, 2, 3] and isr(c.bootstrap, narrow) == [1, 2], timeout=60)
+               lambda: isr(c.bootstrap, wide) == [1, 2, 3] and isr(c.bootstrap, narrow) == sorted([one, two]), timeout=60)
     assert sorted(describe(c.bootstrap, wide)[0][2]) == [1, 2, 3]
-    assert sorted(describe(c.bootstrap, narrow)[0][2]) == [1, 2]
+    assert sorted(describe(c.bootstrap, narrow)[0][2]) == sorted([one, two])
     if kind == "sluice":
-        assert metric(c, 1, "sluice_under_replicated_partitions") == 0
-        assert metric(c, 1, "sluice_isr_expands_total") >= 2
+        assert metric(c, one, "sluice_under_replicated_partitions") == 0
+        assert metric(c, one, "sluice_isr_expands_total") >= 2
     d = produce_all(producer(c.bootstrap, acks="all"), narrow, make_records(5, 1, prefix="healed"))
     assert not d.failed and len(d.ok) == 5
     acked[narrow].update(d.ok)
