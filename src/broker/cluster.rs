@@ -196,35 +196,32 @@ pub async fn propose_isr_changes(broker: &Broker) {
             // A leader of an unclean election starts RECOVERING (KIP-704). sluice has no state
             // to rebuild beyond its log, so it tells the controller at once that it has
             // recovered, with its ISR (itself) unchanged; only then may its ISR grow.
-            let recovering = view
-                .partition(&topic.name, p.index)
+            // (Read from the image fetched above: no per-partition copy every round.)
+            let recovering = image
+                .topic(&topic.name)
+                .and_then(|t| t.partitions.get(&p.index))
                 .filter(|s| s.leader_recovery_state == crate::cluster::controller::RECOVERING && s.leader == broker.node_id)
                 .filter(|s| p.is_leader() && s.leader_epoch == p.leader_epoch());
-            if let Some(s) = recovering {
+            let pd = if let Some(s) = recovering {
                 let me = BrokerState::default().with_broker_id(BrokerId(broker.node_id)).with_broker_epoch(view.broker_epoch());
-                let pd = PartitionData::default()
+                tracing::info!(partition = ?p, "led after an unclean election: telling the controller it has recovered");
+                PartitionData::default()
                     .with_partition_index(p.index)
                     .with_leader_epoch(s.leader_epoch)
                     .with_new_isr_with_epochs(vec![me])
                     .with_leader_recovery_state(crate::cluster::controller::RECOVERED)
-                    .with_partition_epoch(s.partition_epoch);
-                tracing::info!(partition = ?p, "led after an unclean election: telling the controller it has recovered");
-                asked.push(p.clone());
-                match topics.last_mut().filter(|t| t.topic_id == topic.id) {
-                    Some(t) => t.partitions.push(pd),
-                    None => topics.push(TopicData::default().with_topic_id(topic.id).with_partitions(vec![pd])),
-                }
-                continue;
-            }
-            let Some(change) = p.propose_isr_change(now, eligible) else { continue };
-            let pd = PartitionData::default()
-                .with_partition_index(p.index)
-                .with_leader_epoch(p.leader_epoch())
-                .with_new_isr_with_epochs(
-                    change.isr.iter().map(|(b, e)| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(*e)).collect(),
-                )
-                .with_partition_epoch(change.partition_epoch);
-            tracing::info!(partition = ?p, isr = ?change.isr.iter().map(|(b, _)| *b).collect::<Vec<_>>(), "asking the controller for an ISR change");
+                    .with_partition_epoch(s.partition_epoch)
+            } else {
+                let Some(change) = p.propose_isr_change(now, eligible) else { continue };
+                tracing::info!(partition = ?p, isr = ?change.isr.iter().map(|(b, _)| *b).collect::<Vec<_>>(), "asking the controller for an ISR change");
+                PartitionData::default()
+                    .with_partition_index(p.index)
+                    .with_leader_epoch(p.leader_epoch())
+                    .with_new_isr_with_epochs(
+                        change.isr.iter().map(|(b, e)| BrokerState::default().with_broker_id(BrokerId(*b)).with_broker_epoch(*e)).collect(),
+                    )
+                    .with_partition_epoch(change.partition_epoch)
+            };
             asked.push(p.clone());
             match topics.last_mut().filter(|t| t.topic_id == topic.id) {
                 Some(t) => t.partitions.push(pd),
