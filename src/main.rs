@@ -194,6 +194,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    let shutdown = ShutdownSignal::install();
     raise_open_files_limit();
     // Installed before the logs open so fsyncs during recovery are measured too.
     let metrics_handle = match config.metrics_listener {
@@ -261,7 +262,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let stop = {
         let lifecycle = lifecycle.clone();
         async move {
-            shutdown_signal().await;
+            shutdown.recv().await;
             if let Some(l) = lifecycle {
                 tracing::info!("controlled shutdown: asking the controller to move this broker's leaderships");
                 l.shut_down(CONTROLLED_SHUTDOWN_TIMEOUT).await;
@@ -299,6 +300,12 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
 /// `sluice dev-cluster`: N child processes of this binary, one cluster.
 fn dev_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
     anyhow::ensure!((1..=9).contains(&args.nodes), "dev-cluster runs 1 to 9 nodes, not {}", args.nodes);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // Before any child starts: a stop while they start still stops every one started.
+    let shutdown = {
+        let _in_runtime = runtime.enter();
+        ShutdownSignal::install()
+    };
     let exe = std::env::current_exe().context("finding the sluice binary")?;
     std::fs::create_dir_all(&args.dir).with_context(|| format!("creating {}", args.dir.display()))?;
     let ids: Vec<u16> = (1..=args.nodes).collect();
@@ -342,13 +349,14 @@ fn dev_cluster(args: DevClusterArgs) -> anyhow::Result<()> {
     println!("sluice dev-cluster: {} nodes, cluster id {cluster_id}, data and logs in {}", args.nodes, args.dir.display());
     println!("bootstrap.servers={bootstrap}");
     println!("Ctrl-C stops every node.");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
+        let stop = shutdown.recv();
+        tokio::pin!(stop);
         let mut check = tokio::time::interval(std::time::Duration::from_secs(1));
         let mut reported = std::collections::BTreeSet::new();
         loop {
             tokio::select! {
-                _ = shutdown_signal() => break,
+                _ = &mut stop => break,
                 _ = check.tick() => {
                     for (i, child) in &mut children {
                         if let Ok(Some(status)) = child.try_wait() {
@@ -461,6 +469,7 @@ fn client_listener(config: &BrokerConfig) -> String {
 /// A dedicated controller (`process.roles=controller`): a voter of the metadata quorum and
 /// `/healthz` on `metrics.listener`, until SIGTERM.
 async fn serve_controller(config: BrokerConfig) -> anyhow::Result<()> {
+    let shutdown = ShutdownSignal::install();
     let cluster_id = tokio::task::block_in_place(|| sluice::metadata::load_or_format(&config.log_dirs, config.node_id))
         .context("reading the log dirs' meta.properties")?;
     let node = Arc::new(
@@ -483,7 +492,7 @@ async fn serve_controller(config: BrokerConfig) -> anyhow::Result<()> {
         None => None,
     };
     tracing::info!(%cluster_id, node_id = config.node_id, voters = ?config.quorum_voters, "sluice controller serving");
-    shutdown_signal().await;
+    shutdown.recv().await;
     if let Some(m) = metrics_server {
         m.abort();
         let _ = m.await; // drops its handle on the node
@@ -520,19 +529,35 @@ async fn serve_metrics(
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM and SIGINT (Ctrl-C), caught from the moment a process starts: a signal that
+/// arrives while it is still starting (a test or an orchestrator stopping it as soon as it
+/// listens) is kept until the process waits for it, instead of killing it by the default action.
+struct ShutdownSignal {
+    streams: Vec<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignal {
+    /// Installs the handlers; call it inside the runtime, before anything is bound.
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let streams = [SignalKind::terminate(), SignalKind::interrupt()]
+            .into_iter()
+            .filter_map(|kind| {
+                signal(kind)
+                    .map_err(|e| tracing::error!(signal = kind.as_raw_value(), error = %e, "cannot install a shutdown signal handler"))
+                    .ok()
+            })
+            .collect();
+        ShutdownSignal { streams }
+    }
+
+    /// Waits for the first SIGTERM or SIGINT since `install` (forever if neither could be installed).
+    async fn recv(mut self) {
+        let waits = self.streams.iter_mut().map(|s| Box::pin(s.recv()));
+        if waits.len() == 0 {
+            return std::future::pending().await;
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        futures::future::select_all(waits).await;
     }
 }
 

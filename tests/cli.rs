@@ -448,6 +448,37 @@ fn dev_cluster_starts_one_cluster_of_three_nodes_and_stops_them_all_on_sigterm()
     }
 }
 
+/// SIGTERM is caught from the start: one that arrives while the node still opens its logs (an
+/// orchestrator stopping a node as soon as it appears) ends in the same clean shutdown as one
+/// that arrives while it serves, not in death by the signal's default action.
+#[test]
+fn sigterm_during_startup_still_shuts_down_cleanly() {
+    use std::io::BufRead;
+    let _serial = one_broker_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--override"])
+        .arg(format!("log.dirs={}", dir.path().display()))
+        .args(["--override", &format!("listeners=PLAINTEXT://127.0.0.1:{}", free_port()), "--override", "metrics.listener=none"])
+        .env("SLUICE_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut printed = String::new();
+    // "opened logs" comes before the quorum starts and before any listener is bound.
+    while !printed.contains("opened logs") {
+        assert!(err.read_line(&mut printed).unwrap() > 0, "sluice exited: {printed}");
+    }
+    assert!(!printed.contains("listening on"), "{printed}");
+    assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+    std::io::Read::read_to_string(&mut err, &mut printed).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {printed}");
+    assert!(printed.contains("shutting down: flushing logs") && printed.contains("stopped"), "{printed}");
+}
+
 /// A single node's data dir holds topics outside any metadata quorum until its first start as
 /// the one voter of its own quorum, which writes them into the new metadata log. Started
 /// instead as one voter of several, whose log another voter may begin, it is refused: the
