@@ -12,7 +12,11 @@
 //! - **Heartbeats**: a fenced broker is unfenced once its metadata offset has reached its own
 //!   registration record (it has caught up). A broker that has not heartbeated within
 //!   `broker.session.timeout.ms` is fenced and leaves every ISR it is not the last member of;
-//!   partitions it led elect another leader from the ISR, or have none.
+//!   partitions it led elect another leader from the ISR, or have none. Time the controller
+//!   itself did not run (its process paused or starved for longer than [`STALL_MS`] between
+//!   two session checks) does not count against anyone: every session restarts then, as on a
+//!   new active controller, rather than every broker being fenced at once for the controller's
+//!   own silence (during which their heartbeats could not be answered either).
 //! - **Controlled shutdown**: a broker asking to shut down is marked so, gives up every
 //!   leadership it holds (another ISR member leads, leaving it out of the ISR) and is told it may
 //!   stop once it leads nothing.
@@ -135,11 +139,17 @@ pub struct HeartbeatReply {
 pub struct Controller {
     pub session_timeout_ms: i64,
     last_heartbeat_ms: BTreeMap<i32, i64>,
+    /// When [`Controller::expire_sessions`] last ran.
+    last_session_check_ms: Option<i64>,
 }
+
+/// A gap this long between two session checks (the driver checks every 250 ms) means the
+/// controller did not run: its process was paused or starved.
+pub const STALL_MS: i64 = 2_000;
 
 impl Controller {
     pub fn new(session_timeout_ms: i64) -> Controller {
-        Controller { session_timeout_ms, last_heartbeat_ms: BTreeMap::new() }
+        Controller { session_timeout_ms, last_heartbeat_ms: BTreeMap::new(), last_session_check_ms: None }
     }
 
     fn has_live_session(&self, broker: i32, now_ms: i64) -> bool {
@@ -232,6 +242,15 @@ impl Controller {
 
     /// Fences every unfenced broker whose session expired; returns the records (empty when none).
     pub fn expire_sessions(&mut self, image: &MetadataImage, now_ms: i64) -> Vec<VersionedRecord> {
+        if let Some(stalled_ms) = self.last_session_check_ms.map(|last| now_ms - last).filter(|gap| *gap >= STALL_MS) {
+            tracing::warn!(
+                stalled_ms,
+                brokers = self.last_heartbeat_ms.len(),
+                "the active controller did not run for a while (process paused or starved); every broker session restarts now"
+            );
+            self.last_heartbeat_ms.values_mut().for_each(|t| *t = (*t).max(now_ms));
+        }
+        self.last_session_check_ms = Some(now_ms);
         let expired: Vec<i32> = image
             .brokers
             .values()
@@ -843,6 +862,29 @@ mod tests {
         apply_all(&mut image, &records);
         assert!(!image.brokers[&2].fenced);
         assert!(c.elect_preferred_leaders(&image).is_empty(), "2 is not in any ISR yet: nothing to elect");
+    }
+
+    #[test]
+    fn time_the_controller_did_not_run_fences_nobody_but_a_silent_broker_still_expires_after() {
+        let (mut c, image, epochs) = three_brokers();
+        assert!(c.expire_sessions(&image, 100).is_empty());
+        // The controller's process is paused for two sessions: at its first check after, no
+        // broker is fenced for its own silence.
+        let resumed = 100 + 2 * TIMEOUT;
+        assert!(c.expire_sessions(&image, resumed).is_empty(), "fenced for the controller's pause");
+        // Brokers 1 and 3 heartbeat again; 2 stays silent and expires a session later.
+        for id in [1, 3] {
+            let hb = Heartbeat { broker_id: id, broker_epoch: epochs[&id], metadata_offset: image.offset, want_shutdown: false };
+            c.heartbeat(&image, &hb, resumed + TIMEOUT / 2).unwrap();
+        }
+        let mut now = resumed;
+        while now < resumed + TIMEOUT - 1 {
+            now += 250;
+            assert!(c.expire_sessions(&image, now.min(resumed + TIMEOUT - 1)).is_empty(), "at {now}");
+        }
+        let mut after = image.clone();
+        apply_all(&mut after, &c.expire_sessions(&image, resumed + TIMEOUT));
+        assert_eq!(after.brokers.values().filter(|b| b.fenced).map(|b| b.id).collect::<Vec<_>>(), vec![2]);
     }
 
     #[test]

@@ -10,7 +10,12 @@
 //! # Failure behaviour
 //! A controller call that cannot connect, times out or is answered NOT_CONTROLLER is retried
 //! against the leader the quorum names next, until [`CALL_TIMEOUT`]; then it fails with a
-//! message the caller turns into a retriable error for its client (REQUEST_TIMED_OUT).
+//! message the caller turns into a retriable error for its client (REQUEST_TIMED_OUT). A call
+//! in flight is abandoned as soon as the quorum names another leader, and sent there: a
+//! controller that was paused or cut off never answers, and a broker heartbeat waiting on it
+//! would outlast the session the new controller counts from its election. (Abandoned writes
+//! are retried as Kafka's forwarding does: one the old controller committed before it lost
+//! the lead is answered as already done, e.g. TOPIC_ALREADY_EXISTS.)
 //! Responses larger than [`MAX_RESPONSE`] are refused before they are read.
 
 use std::sync::Arc;
@@ -196,7 +201,15 @@ impl ClusterView {
         loop {
             if let Some(leader) = (self.leader)() {
                 match (self.voters)(leader) {
-                    Some(addr) => match tokio::time::timeout_at(deadline, call(&addr, req, version)).await {
+                    Some(addr) => match tokio::select! {
+                        answer = tokio::time::timeout_at(deadline, call(&addr, req, version)) => answer,
+                        () = self.leader_moves_from(leader) => {
+                            // A paused or cut-off controller may never answer: the new one is asked
+                            // now, within the broker session the new one counts from its election.
+                            last = format!("controller {leader} at {addr} stopped leading the quorum before it answered");
+                            continue;
+                        }
+                    } {
                         Ok(Ok((resp, code))) if code != Some(NOT_CONTROLLER) => {
                             if ADMIN_WRITES.contains(&R::KEY) {
                                 self.wait_synced_to_current(SYNC_WAIT).await;
@@ -218,6 +231,22 @@ impl ClusterView {
         }
     }
 }
+
+impl ClusterView {
+    /// Returns once the quorum names a leader other than `leader` (or none), checked every
+    /// [`LEADER_CHECK`].
+    async fn leader_moves_from(&self, leader: i32) {
+        loop {
+            tokio::time::sleep(LEADER_CHECK).await;
+            if (self.leader)() != Some(leader) {
+                return;
+            }
+        }
+    }
+}
+
+/// How often a controller call in flight checks that its controller still leads the quorum.
+const LEADER_CHECK: Duration = Duration::from_millis(50);
 
 /// Forwarded admin requests after which the broker waits to serve their outcome: CreateTopics,
 /// DeleteTopics, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs.

@@ -2,8 +2,9 @@
 (a static three-voter KRaft quorum), are one cluster to Kafka's own tools and to librdkafka:
 every broker is listed everywhere, topics are created through the active controller and placed
 across the brokers with their replication factor, each partition is served by its leader, a
-broker killed with SIGKILL is fenced out of the metadata and comes back after a restart, and
-SIGTERM moves a broker's leaderships away before it exits. Followers copy their leaders, so a
+broker killed with SIGKILL is fenced out of the metadata and comes back after a restart,
+SIGTERM moves a broker's leaderships away before it exits, and a paused active controller is
+replaced without fencing the live brokers (on Apache Kafka too). Followers copy their leaders, so a
 rolling restart under acks=all load loses no acknowledged record, and leadership goes back to
 the preferred replicas (automatically, or with kafka-leader-election). A group's new coordinator
 replays the group from its copy of __consumer_offsets.
@@ -11,6 +12,7 @@ replays the group from its copy of __consumer_offsets.
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -462,3 +464,48 @@ def test_a_group_keeps_its_committed_offsets_when_its_coordinator_is_killed(slui
     second.close()
     assert not extra, "read past the end"
     assert sorted(rest) == sorted((p, o) for p in range(3) for o in range(max(committed[p], 0), 100)), (committed, sorted(rest)[:5])
+
+
+@pytest.mark.parametrize("kind", ["sluice", "kafka"])
+def test_a_paused_active_controller_is_fenced_and_no_live_broker_with_it(kind, request):
+    """The active controller's process is paused (SIGSTOP) for longer than a broker session
+    (Kafka's defaults: 9 s sessions, 2 s heartbeats). The other two voters elect a new active
+    controller, the brokers beside them send their heartbeats there, and only the paused node's
+    broker is fenced: the survivors stay in the metadata all along, lead every partition, and
+    take acks=all writes. Resumed, the paused node rejoins. (A heartbeat stuck on the paused
+    controller would outlast the session the new controller counts, and fence the survivors.)"""
+    make = request.getfixturevalue("sluice_cluster" if kind == "sluice" else "kafka_cluster")
+    c = make(3)
+    topic = unique("paused-controller")
+    a = admin(c.bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=6, replication_factor=3)])[topic].result(30)
+    wait_until("every partition to have its full ISR", lambda: full_isr(c.bootstrap, topic, 6), timeout=60)
+    status = tool("MetadataQuorumCommand", "--bootstrap-server", c.bootstrap, "describe", "--status").stdout
+    paused = int(re.search(r"LeaderId:\s+(\d+)", status).group(1))
+    survivors = [n for n in (1, 2, 3) if n != paused]
+    live = ",".join("127.0.0.1:%d" % c.ports[n] for n in survivors)
+
+    seen = []
+    os.kill(c.pid(paused), signal.SIGSTOP)
+    try:
+        deadline = time.time() + 25
+        while time.time() < deadline:
+            try:
+                seen.append(sorted(admin(live).list_topics(timeout=5).brokers))
+            except KafkaException:
+                pass
+            time.sleep(0.5)
+        # Every answer listed both survivors; by the end the paused broker was fenced.
+        assert seen and all(set(survivors) <= set(s) for s in seen), "brokers listed, every 0.5 s: %s" % seen
+        assert seen[-1] == survivors, "brokers listed, every 0.5 s: %s" % seen
+        rows = wait_until("the survivors to lead every partition",
+                          lambda: (lambda r: r if len(r) == 6 and all(v[0] in survivors for v in r.values()) else None)(
+                              describe(live, topic)))
+        d = produce_all(producer(live, acks="all"), topic, make_records(60, 6))
+        assert not d.failed and len(d.ok) == 60, (rows, d.failed)
+    finally:
+        os.kill(c.pid(paused), signal.SIGCONT)
+    wait_until("the paused broker to come back", lambda: brokers_seen(c.bootstrap)[0] == [1, 2, 3], timeout=60)
+    if kind == "sluice":
+        for n in survivors:
+            assert "broker session expired; fencing it broker=%d" % n not in "".join(c.log(m) for m in (1, 2, 3))

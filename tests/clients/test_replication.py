@@ -148,9 +148,8 @@ def test_a_replica_outside_the_isr_leads_only_where_unclean_election_is_enabled(
     (the default) the partition stays offline until kafka-leader-election --election-type
     UNCLEAN asks for the same. Broker 1, back, follows broker 2 and drops what it had alone.
 
-    "Broker 1" and "broker 2" are the two that are not the active controller: on sluice a
-    broker's call to a paused controller waits out its 10 s timeout, longer than the 6 s session
-    here, so the new controller fences every broker (a known bug, not what this tests)."""
+    "Broker 1" and "broker 2" are the two that are not the active controller, so that what
+    moves is the ISR and not the controller as well (test_cluster.py pauses the controller)."""
     make = request.getfixturevalue("sluice_cluster" if kind == "sluice" else "kafka_cluster")
     c = make(3, overrides={"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "6000",
                            "broker.heartbeat.interval.ms": "500"})

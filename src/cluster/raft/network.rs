@@ -284,9 +284,12 @@ impl PeerClient {
         PeerClient { cluster_id: cluster_id.to_string(), target, addr: addr.to_string(), conn: None, acks: LastAcks::default() }
     }
 
-    /// Asks the voter for the image past `req.after`.
+    /// Asks the voter for the image past `req.after`. A voter that has not answered 2 s after
+    /// the wait it was given is taken as gone (paused or cut off): the observer then stops
+    /// naming it the leader, so that the broker's controller calls move on well within a broker
+    /// session.
     pub async fn observe(&mut self, req: ObserveRequest) -> std::io::Result<ObserveResponse> {
-        let ttl = Duration::from_millis(req.wait_ms).min(MAX_OBSERVE_WAIT) + Duration::from_secs(5);
+        let ttl = Duration::from_millis(req.wait_ms).min(MAX_OBSERVE_WAIT) + Duration::from_secs(2);
         self.call(Rpc::Observe(req), ttl).await
     }
 
