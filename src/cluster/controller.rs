@@ -259,6 +259,11 @@ impl Controller {
             .map(|b| b.id)
             .collect();
         let mut records = Vec::new();
+        // Brokers expiring together are fenced one after the other, each against the image as
+        // the previous one's records leave it: two changes computed from the same image would
+        // each keep the other broker (a leader handed to a broker fenced in the same round, an
+        // ISR that gets a fenced member back).
+        let mut scratch: Option<MetadataImage> = None;
         for id in expired {
             // A new active controller learns of brokers from the image: their sessions start now.
             if let std::collections::btree_map::Entry::Vacant(v) = self.last_heartbeat_ms.entry(id) {
@@ -266,17 +271,29 @@ impl Controller {
                 continue;
             }
             tracing::info!(broker = id, "broker session expired; fencing it");
-            let epoch = image.brokers[&id].epoch;
-            records.push(versioned(MetadataRecord::BrokerRegistrationChange(BrokerRegistrationChange {
+            let current = scratch.as_ref().unwrap_or(image);
+            let epoch = current.brokers[&id].epoch;
+            let mut fence = vec![versioned(MetadataRecord::BrokerRegistrationChange(BrokerRegistrationChange {
                 broker_id: id,
                 broker_epoch: epoch,
                 fenced: 1,
                 in_controlled_shutdown: 0,
                 log_dirs: vec![],
                 cordoned_log_dirs: None,
-            })));
-            let others_eligible = |b: i32| b != id && eligible(image, b);
-            records.extend(move_leaderships_away(image, id, others_eligible));
+            }))];
+            let others_eligible = |b: i32| b != id && eligible(current, b);
+            fence.extend(move_leaderships_away(current, id, others_eligible));
+            let next = scratch.get_or_insert_with(|| image.clone());
+            for r in &fence {
+                let offset = next.offset + 1;
+                if let Err(e) = next.apply(offset, &r.record) {
+                    // Records made from this image always apply to it; if one did not, what is
+                    // proposed is what the image would refuse too: propose nothing this round.
+                    tracing::error!(broker = id, error = %e, "fencing records do not apply to the image they were made from");
+                    return Vec::new();
+                }
+            }
+            records.extend(fence);
         }
         records
     }
@@ -862,6 +879,23 @@ mod tests {
         apply_all(&mut image, &records);
         assert!(!image.brokers[&2].fenced);
         assert!(c.elect_preferred_leaders(&image).is_empty(), "2 is not in any ISR yet: nothing to elect");
+    }
+
+    #[test]
+    fn two_brokers_expiring_in_one_round_are_fenced_one_after_the_other() {
+        // Found by the replication simulation: broker 1 led, 1 and 2 expired together; each
+        // change was made from the same image, so leadership went to 2 (fenced in the same
+        // round) and 2's change put 1 back in the ISR, leaving a leader outside its ISR.
+        let (mut c, mut image, epochs) = three_brokers();
+        with_topic(&c, &mut image, "orders", 3, 3);
+        let hb = Heartbeat { broker_id: 3, broker_epoch: epochs[&3], metadata_offset: image.offset, want_shutdown: false };
+        c.heartbeat(&image, &hb, TIMEOUT).unwrap();
+        let records = c.expire_sessions(&image, TIMEOUT + 1);
+        apply_all(&mut image, &records);
+        assert!(image.brokers[&1].fenced && image.brokers[&2].fenced && !image.brokers[&3].fenced);
+        for (i, p) in &image.topic("orders").unwrap().partitions {
+            assert_eq!((p.leader, p.isr.clone()), (3, vec![3]), "partition {i}: {p:?}");
+        }
     }
 
     #[test]
