@@ -15,8 +15,9 @@
 //! - **Shrink**: an ISR member other than the leader that has not been caught up for
 //!   `replica.lag.time.max.ms` leaves the ISR.
 //! - **Expand**: a replica not in the ISR whose log end offset has reached the high watermark and
-//!   the start of the leader's epoch joins it. The controller checks its broker epoch (KIP-903)
-//!   and that it is unfenced.
+//!   the start of the leader's epoch, and that has fetched within `replica.lag.time.max.ms`,
+//!   joins it (Kafka decides this at the follower's fetch; a stopped follower never joins). The
+//!   controller checks its broker epoch (KIP-903) and that it is unfenced.
 //!
 //! # Invariants
 //! - The high watermark returned never exceeds the leader's log end offset and never goes below
@@ -182,7 +183,12 @@ impl LeaderState {
             .collect();
         for (id, f) in &self.followers {
             let in_sync = f.log_end_offset >= high_watermark && f.log_end_offset >= self.epoch_start_offset;
-            if !self.isr.contains(id) && in_sync && eligible(*id) {
+            // Kafka weighs an expansion only when the follower fetches; here the round runs on
+            // a timer, so the follower must have fetched within the lag time. Otherwise a
+            // follower that stopped (paused, cut off) at the high watermark, which stops moving
+            // below min.insync.replicas, would be taken back into the ISR it just left.
+            let fetching = f.last_fetch_ms > 0 && now_ms - f.last_fetch_ms <= lag_ms;
+            if !self.isr.contains(id) && in_sync && fetching && eligible(*id) {
                 isr.push(*id);
             }
         }
@@ -296,6 +302,23 @@ mod tests {
         assert_eq!(s.isr_change(300, 300, 2_200, LAG, |b| b != 3), None, "fenced or shutting down");
         let change = s.isr_change(300, 300, 2_200, LAG, |_| true).unwrap();
         assert_eq!(change.isr, vec![(1, -1), (2, 10), (3, 12)]);
+    }
+
+    #[test]
+    fn a_stopped_follower_at_the_frozen_high_watermark_does_not_rejoin() {
+        // Replicas 1 and 2; min.insync.replicas=2. Follower 2 stops at offset 100 and leaves the
+        // ISR; the leader alone cannot move the high watermark past 100, where 2 stopped.
+        let mut s = LeaderState::new(1, 5, 7, vec![1, 2], vec![1, 2], 100, 1_000);
+        s.min_isr = 2;
+        s.on_fetch(2, 10, 100, 100, 1_500);
+        s.update(8, vec![1, 2], vec![1], 1_500 + LAG + 1);
+        let later = 1_500 + 2 * LAG;
+        assert_eq!(s.high_watermark(120, later, LAG), None, "frozen below min.insync.replicas");
+        assert_eq!(s.isr_change(100, 120, later, LAG, |_| true), None, "a stopped follower rejoined");
+        // Fetching again, caught up, it rejoins.
+        s.on_fetch(2, 10, 120, 120, later + 1);
+        let change = s.isr_change(100, 120, later + 1, LAG, |_| true).unwrap();
+        assert_eq!(change.isr, vec![(1, -1), (2, 10)]);
     }
 
     #[test]
