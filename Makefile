@@ -3,7 +3,7 @@ CARGO ?= cargo
 SLUICE_BIN ?= target/release/sluice
 export SLUICE_BIN
 
-.PHONY: all build release run cluster test test-rust test-clients test-protocol test-metrics test-chaos chaos fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
+.PHONY: all build release run cluster test test-rust test-clients test-protocol test-metrics test-chaos chaos sim fuzz compat compat-matrix kafka-ref kafka-ref-stop clean bench
 
 all: release
 
@@ -54,6 +54,12 @@ CHAOS_NET ?= 0
 chaos: $(if $(filter sluice,$(CHAOS_TARGET)),release)
 	chaos/run.sh --target $(CHAOS_TARGET) --duration $(CHAOS_SECONDS) --seed $(CHAOS_SEED) --net $(CHAOS_NET) \
 	  --summary chaos/results/$(CHAOS_TARGET)-acks-all-$(CHAOS_SECONDS)s.json
+
+## The replication simulation (src/replication/simulation.rs) over SIM_SCHEDULES seeded
+## schedules of kills, partitions and slow replicas; `make test` runs 300.
+SIM_SCHEDULES ?= 100000
+sim:
+	SLUICE_SIM_SCHEDULES=$(SIM_SCHEDULES) $(CARGO) test --release --lib replication::simulation -- --nocapture
 
 ## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,
 ## kafka-python): `make compat` against sluice, `make compat TARGET=kafka` against Apache Kafka,

@@ -132,17 +132,23 @@ impl LeaderEpochCache {
     /// Kafka's OffsetForLeaderEpoch answer: `(epoch, end offset)` for `requested`, or `None`
     /// where Kafka answers UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
     pub fn end_offset_for(&self, requested: i32, log_end_offset: i64) -> Option<(i32, i64)> {
-        if requested < 0 {
-            return None;
-        }
-        if self.latest_epoch() == Some(requested) {
-            return Some((requested, log_end_offset));
-        }
-        let higher = self.entries.iter().find(|&&(e, _)| e > requested)?;
-        match self.entries.iter().rev().find(|&&(e, _)| e <= requested) {
-            None => Some((requested, higher.1)),
-            Some(&(floor_epoch, _)) => Some((floor_epoch, higher.1)),
-        }
+        end_offset_for(&self.entries, requested, log_end_offset)
+    }
+}
+
+/// [`LeaderEpochCache::end_offset_for`] over `(epoch, start offset)` entries, as a pure
+/// function (the replication simulation keeps its epochs in memory).
+pub fn end_offset_for(entries: &[(i32, i64)], requested: i32, log_end_offset: i64) -> Option<(i32, i64)> {
+    if requested < 0 {
+        return None;
+    }
+    if entries.last().map(|&(e, _)| e) == Some(requested) {
+        return Some((requested, log_end_offset));
+    }
+    let higher = entries.iter().find(|&&(e, _)| e > requested)?;
+    match entries.iter().rev().find(|&&(e, _)| e <= requested) {
+        None => Some((requested, higher.1)),
+        Some(&(floor_epoch, _)) => Some((floor_epoch, higher.1)),
     }
 }
 
