@@ -230,9 +230,7 @@ impl ClusterView {
             pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
-}
 
-impl ClusterView {
     /// Returns once the quorum names a leader other than `leader` (or none), checked every
     /// [`LEADER_CHECK`].
     async fn leader_moves_from(&self, leader: i32) {

@@ -49,6 +49,8 @@ const SESSION_MS: i64 = 6_000;
 const LAG_MS: i64 = 3_000;
 const MIN_ISR: usize = 2;
 const TOPIC: &str = "sim";
+/// The controller's timer round, as `cluster::driver::TICK`.
+const TICK_MS: i64 = 250;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Acks {
@@ -154,6 +156,8 @@ struct Sim {
     trace: VecDeque<String>,
     step: usize,
     stats: Stats,
+    /// When the controller's next timer round is due (every [`TICK_MS`], as `driver.rs` runs it).
+    next_tick: i64,
 }
 
 /// What the schedules did, to show they reach the states that matter.
@@ -210,6 +214,7 @@ impl Sim {
             trace: VecDeque::new(),
             step: 0,
             stats: Stats::default(),
+            next_tick: TICK_MS,
         };
         for id in BROKERS {
             sim.heartbeat(id);
@@ -561,6 +566,19 @@ impl Sim {
         self.note(format!("broker {id}: restarted"));
     }
 
+    /// Time passes; the controller's timer rounds due meanwhile run (a controller that missed
+    /// them would take itself for paused and restart every session).
+    fn advance(&mut self, dt: i64) {
+        let until = self.now + dt;
+        while self.next_tick <= until {
+            self.now = self.next_tick;
+            self.next_tick += TICK_MS;
+            self.controller_tick();
+            self.check();
+        }
+        self.now = until;
+    }
+
     fn one_step(&mut self) {
         self.step += 1;
         let id = BROKERS[self.rng.gen_range(0..BROKERS.len())];
@@ -575,9 +593,12 @@ impl Sim {
             530..610 if alive => self.sync(id),
             610..690 if alive => self.heartbeat(id),
             690..760 if alive => self.isr_round(id),
-            760..800 => self.controller_tick(),
+            760..800 if alive => self.heartbeat(id),
             800..850 if alive => self.consume(id),
-            850..930 => self.now += self.rng.gen_range(1..=1000),
+            850..930 => {
+                let dt = self.rng.gen_range(1..=1000);
+                self.advance(dt);
+            }
             930..933 if alive => self.kill(id),
             933..943 if !alive => self.restart(id),
             943..946 => {
@@ -650,14 +671,13 @@ impl Sim {
         }
         for _ in 0..400 {
             self.step += 1;
-            self.now += 100;
+            self.advance(100);
             for id in BROKERS {
                 self.heartbeat(id);
                 self.fetch_response(id);
                 self.fetch_request(id);
                 self.isr_round(id);
             }
-            self.controller_tick();
             self.check();
             let p = Self::partition(&self.image).unwrap().clone();
             let Some(leader) = self.brokers.get(&p.leader) else { continue };
