@@ -39,10 +39,38 @@ LISTEN_RE = re.compile(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
 SLUICE_START_TIMEOUT = 20.0
 
 
+def _ephemeral_range():
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+_handed_out = set()
+_next_port = [20000 + (os.getpid() * 7919) % 8000]
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, from below the kernel's ephemeral range. A port the kernel
+    picked for bind(0) is an ephemeral one: in the seconds a JVM takes to bind it, a client's
+    outgoing connection can be given the same port and the broker fails with "Address already
+    in use". Ports below the range are never handed to outgoing connections. No port is given
+    twice in one run."""
+    for _ in range(20000):
+        port = _next_port[0]
+        _next_port[0] = port + 1 if port + 1 < min(_EPHEMERAL[0], 32768) else 10000
+        if port in _handed_out or _EPHEMERAL[0] <= port <= _EPHEMERAL[1]:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range %s" % (_EPHEMERAL,))
 
 
 def sluice_bin():
