@@ -7,7 +7,8 @@ SIGTERM moves a broker's leaderships away before it exits, and a paused active c
 replaced without fencing the live brokers (on Apache Kafka too). Followers copy their leaders, so a
 rolling restart under acks=all load loses no acknowledged record, and leadership goes back to
 the preferred replicas (automatically, or with kafka-leader-election). A group's new coordinator
-replays the group from its copy of __consumer_offsets.
+replays the group from its copy of __consumer_offsets. A voter paused and resumed does not
+move the active controller (pre-vote).
 """
 import json
 import os
@@ -509,3 +510,40 @@ def test_a_paused_active_controller_is_fenced_and_no_live_broker_with_it(kind, r
     if kind == "sluice":
         for n in survivors:
             assert "broker session expired; fencing it broker=%d" % n not in "".join(c.log(m) for m in (1, 2, 3))
+
+
+@pytest.mark.parametrize("kind", ["sluice", "kafka"])
+def test_a_paused_voter_that_resumes_does_not_move_the_active_controller(kind, request):
+    """A voter that is not the active controller is paused (SIGSTOP) for 8 s, four times the
+    longest election timeout, and resumed. Its election timer has long expired, but it first
+    asks for pre-votes (Kafka since KIP-996), which the other two refuse while they hear their
+    leader: the active controller and its epoch stay as they were, and the metadata log goes on
+    (a topic created afterwards is on every broker). Without pre-vote the resumed voter raises
+    the epoch and the leader steps down."""
+    make = request.getfixturevalue("sluice_cluster" if kind == "sluice" else "kafka_cluster")
+    c = make(3)
+
+    def quorum(bootstrap=c.bootstrap):
+        status = tool("MetadataQuorumCommand", "--bootstrap-server", bootstrap, "describe", "--status").stdout
+        return int(re.search(r"LeaderId:\s+(\d+)", status).group(1)), int(re.search(r"LeaderEpoch:\s+(\d+)", status).group(1))
+
+    leader, epoch = quorum()
+    paused = [n for n in (1, 2, 3) if n != leader][0]
+    # While it is paused, the tool is pointed at the other two (a request to the paused broker
+    # would wait out the tool's timeout).
+    live = ",".join("127.0.0.1:%d" % c.ports[n] for n in (1, 2, 3) if n != paused)
+    os.kill(c.pid(paused), signal.SIGSTOP)
+    try:
+        time.sleep(8)
+        assert quorum(live) == (leader, epoch)
+    finally:
+        os.kill(c.pid(paused), signal.SIGCONT)
+    time.sleep(5)
+    assert quorum() == (leader, epoch)
+    topic = unique("after-resume")
+    a = admin(c.bootstrap)
+    a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(30)
+    for n in (1, 2, 3):
+        wait_until("broker %d to know %s" % (n, topic),
+                   lambda: topic in admin("127.0.0.1:%d" % c.ports[n]).list_topics(timeout=5).topics)
+    assert quorum() == (leader, epoch)

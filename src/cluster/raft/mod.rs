@@ -6,19 +6,23 @@
 //!   (as Kafka records), after [`QuorumConfig::snapshot_every`] entries, after which openraft
 //!   purges the log below them; a lagging voter is caught up with the snapshot.
 //! - `network`: peer messages over TCP on the controller listener.
+//! - `prevote`: when this voter stands for election: only after a majority grants it a
+//!   pre-vote, so a voter back from a pause or a partition does not depose a working leader
+//!   (openraft's own election timer is off).
 //!
 //! Every voter of the static quorum (`controller.quorum.voters`) initialises the same
 //! membership at first start (openraft accepts identical initialisation on every voter); after
 //! that, membership is what the log says.
 //!
 //! # Failure behaviour
-//! A voter that cannot reach a majority keeps retrying (openraft's election timer and
+//! A voter that cannot reach a majority keeps retrying (pre-vote rounds, openraft's
 //! per-peer backoff) and reports no leader in [`QuorumStatus`]; proposals on it fail with
 //! `NotLeader` rather than wait. A storage error stops the node's Raft (openraft treats it as
 //! fatal); the error is logged with the directory.
 
 mod log_store;
 mod network;
+mod prevote;
 mod state_machine;
 #[cfg(test)]
 mod tests;
@@ -30,6 +34,7 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
@@ -80,6 +85,7 @@ pub struct RaftQuorum {
     raft: Raft<TypeConfig>,
     state: state_machine::StateMachine,
     server: tokio::task::JoinHandle<()>,
+    elector: tokio::task::JoinHandle<()>,
     clients: ClientFramesSlot,
     acks: network::LastAcks,
 }
@@ -106,17 +112,34 @@ impl RaftQuorum {
             election_timeout_max: config.election_timeout_ms * 2,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: 0,
+            // Elections are started by prevote::run_elector.
+            enable_elect: false,
             ..Default::default()
         }
         .validate()
         .map_err(|e| QuorumError::Raft(e.to_string()))?;
         let acks = network::LastAcks::default();
         let peers = network::Network { cluster_id: cluster_id.to_string(), acks: acks.clone() };
+        let tick = Duration::from_millis(raft_config.heartbeat_interval);
+        let timeout_min = Duration::from_millis(raft_config.election_timeout_min);
+        // openraft's leader lease is its election_timeout_max.
+        let lease = Duration::from_millis(raft_config.election_timeout_max);
         let raft = Raft::new(node_id as u64, Arc::new(raft_config), peers, log, state.clone())
             .await
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
         let clients = ClientFramesSlot::default();
-        let server = tokio::spawn(network::serve(node_id as u64, cluster_id.to_string(), listener, raft.clone(), clients.clone(), state.subscribe()));
+        let contact = prevote::Contact::default();
+        let voter = network::Voter { node_id: node_id as u64, raft: raft.clone(), contact: contact.clone(), lease };
+        let server = tokio::spawn(network::serve(voter, cluster_id.to_string(), listener, clients.clone(), state.subscribe()));
+        let elector = tokio::spawn(prevote::run_elector(
+            node_id as u64,
+            cluster_id.to_string(),
+            raft.clone(),
+            contact,
+            tick,
+            timeout_min,
+            lease,
+        ));
         let members: BTreeMap<u64, BasicNode> =
             voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
         // A restarted voter's log already holds the membership (openraft would refuse, and log
@@ -135,7 +158,7 @@ impl RaftQuorum {
         if voters.len() == 1 && voters.contains_key(&node_id) {
             let _ = raft.wait(Some(SINGLE_VOTER_ELECTION)).current_leader(node_id as u64, "the only voter leads").await;
         }
-        Ok(RaftQuorum { node_id, raft, state, server, clients, acks })
+        Ok(RaftQuorum { node_id, raft, state, server, elector, clients, acks })
     }
 
     /// Hands the Kafka-protocol connections of the controller listener to `handler` from now
@@ -147,6 +170,7 @@ impl RaftQuorum {
     /// Stops this voter (its peers see it as unreachable).
     pub async fn shutdown(&self) {
         self.server.abort();
+        self.elector.abort();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "metadata quorum shutdown");
         }

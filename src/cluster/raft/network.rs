@@ -3,7 +3,7 @@
 //!
 //! # Wire format
 //! ```text
-//! request:  u32 length | JSON {"cluster": cluster id, "to": node id, "rpc": Append | Vote | Snapshot | Observe}
+//! request:  u32 length | JSON {"cluster": cluster id, "to": node id, "rpc": Append | Vote | Snapshot | Observe | PreVote}
 //! response: u32 length | JSON of the handler's Result
 //! ```
 //! `Observe` is how a broker that is not a voter (`process.roles=broker`) follows the metadata:
@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::prevote::{self, Contact, PreVoteRequest, PreVoteResponse};
 use super::TypeConfig;
 use crate::cluster::image::MetadataImage;
 use crate::cluster::quorum::ClientFramesSlot;
@@ -58,6 +59,7 @@ enum Rpc {
     Vote(VoteRequest<u64>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
     Observe(ObserveRequest),
+    PreVote(PreVoteRequest),
 }
 
 /// A broker's request for the metadata image past `after` (see the module docs).
@@ -127,17 +129,11 @@ async fn write_frame(conn: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> 
     conn.write_all(&buf).await
 }
 
-/// Serves peers' requests to `raft` on `listener` until the task is dropped. Connection tasks
+/// Serves peers' requests to `voter` on `listener` until the task is dropped. Connection tasks
 /// live in a `JoinSet` owned by this task, so dropping it closes every connection too: a
 /// stopped voter must not keep answering on connections its peers still hold.
-pub async fn serve(
-    node_id: u64,
-    cluster_id: String,
-    listener: TcpListener,
-    raft: Raft<TypeConfig>,
-    clients: ClientFramesSlot,
-    image: watch::Receiver<Arc<MetadataImage>>,
-) {
+pub async fn serve(voter: Voter, cluster_id: String, listener: TcpListener, clients: ClientFramesSlot, image: watch::Receiver<Arc<MetadataImage>>) {
+    let voter = Arc::new(voter);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (conn, peer) = tokio::select! {
@@ -151,9 +147,9 @@ pub async fn serve(
             },
             Some(_) = connections.join_next() => continue,
         };
-        let (raft, cluster_id, clients, image) = (raft.clone(), cluster_id.clone(), clients.clone(), image.clone());
+        let (voter, cluster_id, clients, image) = (voter.clone(), cluster_id.clone(), clients.clone(), image.clone());
         connections.spawn(async move {
-            if let Err(e) = serve_connection(node_id, &cluster_id, conn, peer, raft, clients, image).await {
+            if let Err(e) = serve_connection(&voter, &cluster_id, conn, peer, clients, image).await {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
                     tracing::warn!(%peer, error = %e, "refused a metadata quorum peer");
                 } else if e.kind() != std::io::ErrorKind::UnexpectedEof {
@@ -164,12 +160,21 @@ pub async fn serve(
     }
 }
 
+/// This voter, as its peer server sees it.
+pub struct Voter {
+    pub node_id: u64,
+    pub raft: Raft<TypeConfig>,
+    /// Updated as leaders' appends and candidates' votes are accepted.
+    pub contact: Contact,
+    /// openraft's leader lease, for [`prevote::grants`].
+    pub lease: Duration,
+}
+
 async fn serve_connection(
-    node_id: u64,
+    voter: &Voter,
     cluster_id: &str,
     mut conn: TcpStream,
     peer: std::net::SocketAddr,
-    raft: Raft<TypeConfig>,
     clients: ClientFramesSlot,
     mut image: watch::Receiver<Arc<MetadataImage>>,
 ) -> std::io::Result<()> {
@@ -194,6 +199,7 @@ async fn serve_connection(
             ));
         }
         let observer_bootstrap = envelope.to == ANY_VOTER && matches!(envelope.rpc, Rpc::Observe(_));
+        let (node_id, raft) = (voter.node_id, &voter.raft);
         if envelope.to != node_id && !observer_bootstrap {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -201,10 +207,30 @@ async fn serve_connection(
             ));
         }
         let reply = match envelope.rpc {
-            Rpc::Append(r) => serde_json::to_vec(&raft.append_entries(r).await),
-            Rpc::Vote(r) => serde_json::to_vec(&raft.vote(r).await),
-            Rpc::Snapshot(r) => serde_json::to_vec(&raft.install_snapshot(r).await),
-            Rpc::Observe(r) => serde_json::to_vec(&observe(node_id, &raft, &mut image, &r).await),
+            Rpc::Append(r) => {
+                let result = raft.append_entries(r).await;
+                if matches!(&result, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                    voter.contact.heard_leader();
+                }
+                serde_json::to_vec(&result)
+            }
+            Rpc::Vote(r) => {
+                let result = raft.vote(r).await;
+                if matches!(&result, Ok(r) if r.vote_granted) {
+                    voter.contact.granted_vote();
+                }
+                serde_json::to_vec(&result)
+            }
+            Rpc::Snapshot(r) => {
+                let from = r.vote;
+                let result = raft.install_snapshot(r).await;
+                if matches!(&result, Ok(r) if r.vote == from) {
+                    voter.contact.heard_leader();
+                }
+                serde_json::to_vec(&result)
+            }
+            Rpc::Observe(r) => serde_json::to_vec(&observe(node_id, raft, &mut image, &r).await),
+            Rpc::PreVote(r) => serde_json::to_vec(&pre_vote(voter, &r)),
         }
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         write_frame(&mut conn, &reply).await?;
@@ -228,6 +254,20 @@ async fn observe(node_id: u64, raft: &Raft<TypeConfig>, image: &mut watch::Recei
     let current = image.borrow().clone();
     let encoded = (current.offset > r.after).then(|| current.to_records().iter().map(records::encode).collect());
     ObserveResponse { leader: raft.metrics().borrow().current_leader, voters, offset: current.offset, records: encoded }
+}
+
+/// Answers a candidate's pre-vote (see [`prevote`]).
+fn pre_vote(voter: &Voter, req: &PreVoteRequest) -> PreVoteResponse {
+    let (leading_acked, last_log_id) = {
+        let m = voter.raft.metrics().borrow().clone();
+        let d = voter.raft.data_metrics().borrow().clone();
+        let leading = m.current_leader == Some(voter.node_id);
+        (leading.then(|| d.millis_since_quorum_ack.map(Duration::from_millis)), d.last_log)
+    };
+    let local = prevote::Local { since_leader: voter.contact.since_leader(), leading_acked, last_log_id };
+    let granted = prevote::grants(&local, req, voter.lease);
+    tracing::debug!(candidate = req.candidate, granted, "pre-vote");
+    PreVoteResponse { granted }
 }
 
 /// Serves a Kafka-protocol connection: one request at a time, answered in order.
@@ -279,9 +319,20 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
-    /// A client for a broker observing voter `target` at `addr` (see [`ObserveRequest`]).
+    /// A client for voter `target` at `addr` outside openraft's replication: a broker
+    /// observing the metadata (see [`ObserveRequest`]), a candidate asking for pre-votes.
     pub fn observer(cluster_id: &str, target: u64, addr: &str) -> PeerClient {
         PeerClient { cluster_id: cluster_id.to_string(), target, addr: addr.to_string(), conn: None, acks: LastAcks::default() }
+    }
+
+    /// The voter's address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Asks the voter for its pre-vote (see [`prevote`]); no answer within `ttl` is an error.
+    pub async fn pre_vote(&mut self, req: PreVoteRequest, ttl: Duration) -> std::io::Result<PreVoteResponse> {
+        self.call(Rpc::PreVote(req), ttl).await
     }
 
     /// Asks the voter for the image past `req.after`. A voter that has not answered 2 s after
