@@ -233,7 +233,11 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
             .collect();
         let rack = broker.config.raw.get("broker.rack").map(|r| r.trim().to_string()).filter(|r| !r.is_empty());
         let interval = std::time::Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
-        Arc::new(sluice::cluster::lifecycle::BrokerLifecycle::new(view.clone(), broker.cluster_id.clone(), listeners, rack, interval))
+        let previous = sluice::cluster::lifecycle::take_clean_shutdown(&broker.config.log_dirs);
+        Arc::new(
+            sluice::cluster::lifecycle::BrokerLifecycle::new(view.clone(), broker.cluster_id.clone(), listeners, rack, interval)
+                .with_previous_epoch(previous),
+        )
     });
     let cluster_tasks = lifecycle.as_ref().map(|l| {
         [
@@ -282,9 +286,13 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down: flushing logs");
     let b = broker.clone();
+    let epoch = lifecycle.as_ref().map_or(-1, |l| l.epoch());
     tokio::task::spawn_blocking(move || {
         b.flush_all();
         b.write_checkpoints(true);
+        if epoch >= 0 {
+            sluice::cluster::lifecycle::mark_clean_shutdown(&b.config.log_dirs, epoch);
+        }
     })
     .await?;
     if let Some(node) = controller {

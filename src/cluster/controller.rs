@@ -37,18 +37,27 @@
 //!   while RECOVERING its ISR does not grow. What the old ISR had and it lacks is lost: the
 //!   trade the config makes.
 //!
-//! Eligible leader replicas (KIP-966) are not kept yet: a fenced broker that was the last ISR
-//! member stays in the ISR, leaderless, as in Kafka before KIP-966.
+//! - **Eligible leader replicas** (KIP-966, where `eligible.leader.replicas.version` is 1, as a
+//!   new cluster gets it): every leader and ISR change goes through
+//!   [`super::partition_change::Builder`], whose module docs give the rules: below
+//!   `min.insync.replicas` the members an ISR loses become eligible leader replicas, the ISR
+//!   may become empty, and a returning eligible replica leads. A broker that registers after
+//!   an unclean shutdown (its previous broker epoch is not the one registered: no clean
+//!   shutdown recorded it) leaves every ISR and ELR it is in, as Kafka's
+//!   `handleBrokerUncleanShutdown` does. Without the feature the last ISR member stays in the
+//!   ISR, leaderless, as in Kafka before KIP-966.
 //!
 //! # Invariants
 //! - Every record list returned applies to the image it was computed from (tested).
-//! - A leader is always an unfenced ISR member not in controlled shutdown, or -1.
+//! - A leader is always an unfenced ISR member not in controlled shutdown, or -1 (led from the
+//!   ELR, it is the ISR's only member).
 
 use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
 use super::image::{MetadataImage, BROKER_RESOURCE, TOPIC_RESOURCE};
+use super::partition_change::Builder;
 use super::placement::{self, PlacementBroker, Start};
 use super::records::{
     BrokerRegistrationChange, Endpoint, MetadataRecord, Partition, PartitionChange, RegisterBroker, SupportedFeature,
@@ -111,6 +120,9 @@ pub struct Registration {
     pub endpoints: Vec<Endpoint>,
     pub features: Vec<SupportedFeature>,
     pub rack: Option<String>,
+    /// The broker epoch this broker had when it last shut down cleanly; -1 if none is known
+    /// (a first start, or a crash).
+    pub previous_broker_epoch: i64,
 }
 
 /// A broker's heartbeat.
@@ -141,6 +153,9 @@ pub struct Controller {
     last_heartbeat_ms: BTreeMap<i32, i64>,
     /// When [`Controller::expire_sessions`] last ran.
     last_session_check_ms: Option<i64>,
+    /// `min.insync.replicas` from the controller's own configuration, for topics and clusters
+    /// that set none.
+    pub min_isr_default: i32,
 }
 
 /// A gap this long between two session checks (the driver checks every 250 ms) means the
@@ -149,7 +164,16 @@ pub const STALL_MS: i64 = 2_000;
 
 impl Controller {
     pub fn new(session_timeout_ms: i64) -> Controller {
-        Controller { session_timeout_ms, last_heartbeat_ms: BTreeMap::new(), last_session_check_ms: None }
+        Controller { session_timeout_ms, last_heartbeat_ms: BTreeMap::new(), last_session_check_ms: None, min_isr_default: 1 }
+    }
+
+    pub fn with_min_isr_default(mut self, min_isr: i32) -> Controller {
+        self.min_isr_default = min_isr;
+        self
+    }
+
+    fn policy<'a>(&self, image: &'a MetadataImage) -> Policy<'a> {
+        Policy { image, elr: elr_enabled(image), min_isr_default: self.min_isr_default }
     }
 
     fn has_live_session(&self, broker: i32, now_ms: i64) -> bool {
@@ -175,6 +199,7 @@ impl Controller {
                 ));
             }
         }
+        let unclean = image.brokers.get(&req.broker_id).filter(|b| b.epoch != req.previous_broker_epoch).map(|b| b.epoch);
         let epoch = image.offset + 1;
         self.last_heartbeat_ms.insert(req.broker_id, now_ms);
         let record = MetadataRecord::RegisterBroker(RegisterBroker {
@@ -190,7 +215,22 @@ impl Controller {
             log_dirs: Vec::new(),
             cordoned_log_dirs: None,
         });
-        Ok((vec![versioned(record)], epoch))
+        let mut records = vec![versioned(record)];
+        let policy = self.policy(image);
+        if let (Some(registered), true) = (unclean, policy.elr) {
+            let out = leave_after_unclean_shutdown(&policy, req.broker_id);
+            if !out.is_empty() {
+                tracing::info!(
+                    broker = req.broker_id,
+                    registered,
+                    previous = req.previous_broker_epoch,
+                    partitions = out.len(),
+                    "broker registers after an unclean shutdown: it leaves the ISRs and eligible leader replicas it was in"
+                );
+            }
+            records.extend(out);
+        }
+        Ok((records, epoch))
     }
 
     /// Records for a heartbeat, and the reply as it will stand once they are applied.
@@ -230,10 +270,10 @@ impl Controller {
         if unfenced {
             // Back, it leads the partitions left leaderless with it in their ISR (a last
             // replica that was fenced or shut down), as Kafka's handleBrokerUnfenced does.
-            records.extend(lead_leaderless(image, hb.broker_id));
+            records.extend(lead_leaderless(&self.policy(image), hb.broker_id));
         }
         if shutting_down || (hb.want_shutdown && fenced) {
-            records.extend(move_leaderships_away(image, hb.broker_id, |id| id != hb.broker_id && eligible(image, id)));
+            records.extend(move_leaderships_away(&self.policy(image), hb.broker_id, |id| id != hb.broker_id && eligible(image, id)));
         }
         // Once these records apply, the broker leads nothing: it may exit.
         let reply = HeartbeatReply { is_fenced: fenced, in_controlled_shutdown: shutting_down, should_shut_down: hb.want_shutdown };
@@ -282,7 +322,8 @@ impl Controller {
                 cordoned_log_dirs: None,
             }))];
             let others_eligible = |b: i32| b != id && eligible(current, b);
-            fence.extend(move_leaderships_away(current, id, others_eligible));
+            let policy = Policy { image: current, elr: elr_enabled(current), min_isr_default: self.min_isr_default };
+            fence.extend(move_leaderships_away(&policy, id, others_eligible));
             let next = scratch.get_or_insert_with(|| image.clone());
             for r in &fence {
                 let offset = next.offset + 1;
@@ -512,15 +553,13 @@ impl Controller {
             return Err(codes::INVALID_REQUEST);
         }
         let recovered = req.leader_recovery_state == RECOVERED && p.leader_recovery_state == RECOVERING;
-        if isr == p.isr && !recovered {
-            return Ok(Vec::new());
-        }
-        let mut c = PartitionChange::new(req.topic_id, req.partition);
-        if recovered {
-            c.leader_recovery_state = RECOVERED;
-        }
-        c.isr = Some(isr);
-        Ok(vec![versioned(MetadataRecord::PartitionChange(c))])
+        let policy = self.policy(image);
+        let acceptable = |r: i32| r == req.broker_id || eligible(image, r);
+        let change = Builder::new(p, topic.id, req.partition, &acceptable, policy.elr, policy.min_isr(&topic.name))
+            .isr(isr)
+            .recovery_state(if recovered { RECOVERED } else { p.leader_recovery_state })
+            .build();
+        Ok(change.map(|c| vec![versioned(MetadataRecord::PartitionChange(c))]).unwrap_or_default())
     }
 
     /// ElectLeaders: for each partition asked for (`None`: every partition), the outcome and the
@@ -555,9 +594,7 @@ impl Controller {
             if election_type == 1 {
                 if p.leader >= 0 {
                     out.push(result(codes::ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.".into()));
-                } else if let Some(&clean) = p.isr.iter().find(|b| eligible(image, **b)) {
-                    let mut c = PartitionChange::new(topic.id, *index);
-                    c.leader = clean;
+                } else if let Some(c) = clean_election(&self.policy(image), &topic.name, topic.id, *index, p) {
                     records.push(versioned(MetadataRecord::PartitionChange(c)));
                     out.push(result(0, String::new()));
                 } else if let Some(c) = unclean_change(image, topic.id, *index, p) {
@@ -601,7 +638,11 @@ impl Controller {
                 continue;
             }
             for (i, p) in &topic.partitions {
-                if p.leader >= 0 || p.isr.iter().any(|b| eligible(image, *b)) {
+                if p.leader >= 0 {
+                    continue;
+                }
+                if let Some(c) = clean_election(&self.policy(image), &topic.name, topic.id, *i, p) {
+                    out.push(versioned(MetadataRecord::PartitionChange(c)));
                     continue;
                 }
                 if let Some(c) = unclean_change(image, topic.id, *i, p) {
@@ -712,7 +753,50 @@ fn unclean_change(image: &MetadataImage, topic_id: Uuid, index: i32, p: &super::
     c.leader = leader;
     c.isr = Some(vec![leader]);
     c.leader_recovery_state = RECOVERING;
+    // An unclean election voids what the ELR promised.
+    if !p.eligible_leader_replicas.is_empty() {
+        c.eligible_leader_replicas = Some(Vec::new());
+    }
+    if !p.last_known_elr.is_empty() {
+        c.last_known_elr = Some(Vec::new());
+    }
     Some(c)
+}
+
+/// A clean election for leaderless `p`: an eligible ISR member, or with the ISR empty an
+/// eligible ELR member (or the last known leader); `None` when there is none.
+fn clean_election(policy: &Policy, topic: &str, topic_id: Uuid, index: i32, p: &super::image::PartitionState) -> Option<PartitionChange> {
+    let image = policy.image;
+    let acceptable = |r: i32| eligible(image, r);
+    Builder::new(p, topic_id, index, &acceptable, policy.elr, policy.min_isr(topic)).build().filter(|c| c.leader >= 0)
+}
+
+/// Whether eligible leader replicas are on: `eligible.leader.replicas.version` at 1 or more.
+pub fn elr_enabled(image: &MetadataImage) -> bool {
+    image.features.get(ELR_FEATURE).is_some_and(|v| *v >= 1)
+}
+
+/// The feature that turns eligible leader replicas on (KIP-966).
+pub const ELR_FEATURE: &str = "eligible.leader.replicas.version";
+
+/// What the ISR and leader rules need besides a partition: the image, whether ELR is on and
+/// the controller's own `min.insync.replicas`.
+struct Policy<'a> {
+    image: &'a MetadataImage,
+    elr: bool,
+    min_isr_default: i32,
+}
+
+impl Policy<'_> {
+    /// The topic's effective `min.insync.replicas`: its own config, else the cluster-wide
+    /// dynamic default, else the controller's.
+    fn min_isr(&self, topic: &str) -> i32 {
+        const KEY: &str = "min.insync.replicas";
+        let get = |resource: i8, name: &str| {
+            self.image.configs.get(&(resource, name.to_string())).and_then(|c| c.get(KEY)).and_then(|v| v.trim().parse().ok())
+        };
+        get(TOPIC_RESOURCE, topic).or_else(|| get(BROKER_RESOURCE, "")).unwrap_or(self.min_isr_default)
+    }
 }
 
 /// Whether `unclean.leader.election.enable` holds for `topic`: its own config, else the
@@ -723,14 +807,25 @@ pub fn unclean_enabled(image: &MetadataImage, topic: &str, static_default: bool)
     get(TOPIC_RESOURCE, topic).or_else(|| get(BROKER_RESOURCE, "")).unwrap_or(static_default)
 }
 
-/// Records making `broker` the leader of every partition without one whose ISR holds it.
-fn lead_leaderless(image: &MetadataImage, broker: i32) -> Vec<VersionedRecord> {
+/// Records electing a leader, now that `broker` is back, for every partition without one: an
+/// ISR member (a last replica that was fenced or shut down), or with the ISR empty an ELR
+/// member or the last known leader, as Kafka's handleBrokerUnfenced does.
+fn lead_leaderless(policy: &Policy, broker: i32) -> Vec<VersionedRecord> {
+    let image = policy.image;
+    let acceptable = |r: i32| r == broker || eligible(image, r);
     let mut out = Vec::new();
     for topic in image.topics.values() {
         for (i, p) in &topic.partitions {
-            if p.leader == -1 && p.isr.contains(&broker) {
-                let mut c = PartitionChange::new(topic.id, *i);
-                c.leader = broker;
+            let involved = p.isr.contains(&broker) || p.eligible_leader_replicas.contains(&broker) || p.last_known_elr.contains(&broker);
+            if p.leader != -1 || !involved {
+                continue;
+            }
+            let change = Builder::new(p, topic.id, *i, &acceptable, policy.elr, policy.min_isr(&topic.name)).build();
+            if let Some(c) = change.filter(|c| c.leader >= 0) {
+                if c.leader_recovery_state == RECOVERING {
+                    tracing::warn!(topic = %topic.name, partition = i, leader = c.leader,
+                        "the last known leader leads again with neither ISR nor eligible replicas left (KIP-966): records it lacks are lost");
+                }
                 out.push(versioned(MetadataRecord::PartitionChange(c)));
             }
         }
@@ -744,10 +839,12 @@ fn eligible(image: &MetadataImage, broker: i32) -> bool {
 }
 
 /// For every partition `broker` leads or is in the ISR of: a change that takes it out of the
-/// ISR (unless it is the last member) and, where it leads, hands leadership to the first other
-/// ISR member in replica order that `can_lead`, or to nobody (the partition goes offline rather
-/// than be led by a replica that may lack acknowledged records).
-fn move_leaderships_away(image: &MetadataImage, broker: i32, can_lead: impl Fn(i32) -> bool) -> Vec<VersionedRecord> {
+/// ISR and, where it leads, hands leadership to the first other ISR member in replica order
+/// that `can_lead` (or, with the ISR left empty, an ELR member), or to nobody (the partition
+/// goes offline rather than be led by a replica that may lack acknowledged records). Without
+/// ELR the last member stays in the ISR.
+fn move_leaderships_away(policy: &Policy, broker: i32, can_lead: impl Fn(i32) -> bool) -> Vec<VersionedRecord> {
+    let image = policy.image;
     let mut out = Vec::new();
     for topic in image.topics.values() {
         for (i, p) in &topic.partitions {
@@ -755,16 +852,31 @@ fn move_leaderships_away(image: &MetadataImage, broker: i32, can_lead: impl Fn(i
                 continue;
             }
             let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker).collect();
-            let mut c = PartitionChange::new(topic.id, *i);
-            if p.leader == broker {
-                c.leader = p.replicas.iter().copied().find(|r| isr.contains(r) && can_lead(*r)).unwrap_or(-1);
+            let change = Builder::new(p, topic.id, *i, &can_lead, policy.elr, policy.min_isr(&topic.name)).isr(isr).build();
+            out.extend(change.map(|c| versioned(MetadataRecord::PartitionChange(c))));
+        }
+    }
+    out
+}
+
+/// For every partition whose ISR or ELR holds `broker`, back from an unclean shutdown: a change
+/// that takes it out of both (it may have lost what it acknowledged), electing another leader
+/// where it led.
+fn leave_after_unclean_shutdown(policy: &Policy, broker: i32) -> Vec<VersionedRecord> {
+    let image = policy.image;
+    let acceptable = |r: i32| r != broker && eligible(image, r);
+    let mut out = Vec::new();
+    for topic in image.topics.values() {
+        for (i, p) in &topic.partitions {
+            if !p.isr.contains(&broker) && !p.eligible_leader_replicas.contains(&broker) {
+                continue;
             }
-            if !isr.is_empty() {
-                c.isr = Some(isr);
-            }
-            if c.leader != -2 || c.isr.is_some() {
-                out.push(versioned(MetadataRecord::PartitionChange(c)));
-            }
+            let isr: Vec<i32> = p.isr.iter().copied().filter(|b| *b != broker).collect();
+            let change = Builder::new(p, topic.id, *i, &acceptable, policy.elr, policy.min_isr(&topic.name))
+                .isr(isr)
+                .unclean_shutdown(vec![broker])
+                .build();
+            out.extend(change.map(|c| versioned(MetadataRecord::PartitionChange(c))));
         }
     }
     out

@@ -19,6 +19,7 @@ fn reg(id: i32, incarnation: u8) -> Registration {
         endpoints: vec![Endpoint { name: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: 9000 + id as u16, security_protocol: 0 }],
         features: vec![],
         rack: None,
+        previous_broker_epoch: -1,
     }
 }
 
@@ -492,4 +493,111 @@ fn a_replica_rejoins_the_isr_only_in_the_broker_epoch_the_leader_saw() {
     let records = c.alter_partition(&image, &AlterIsr { new_isr: grown, ..req }).unwrap();
     apply_all(&mut image, &records);
     assert!(image.topics[&t].partitions[&0].isr.contains(&follower));
+}
+
+/// Turns eligible leader replicas on, as a new cluster's bootstrap records do.
+fn with_elr(image: &mut MetadataImage) {
+    apply_all(image, &[versioned(MetadataRecord::FeatureLevel { name: ELR_FEATURE.into(), feature_level: 1 })]);
+}
+
+fn heartbeat_all_but(c: &mut Controller, image: &MetadataImage, epochs: &BTreeMap<i32, i64>, silent: &[i32], now: i64) {
+    for (id, epoch) in epochs {
+        if !silent.contains(id) {
+            let hb = Heartbeat { broker_id: *id, broker_epoch: *epoch, metadata_offset: image.offset, want_shutdown: false };
+            c.heartbeat(image, &hb, now).unwrap();
+        }
+    }
+}
+
+/// Registers `id` again (a restart, clean when `previous` is its registered epoch) and unfences it.
+fn restart(c: &mut Controller, image: &mut MetadataImage, id: i32, previous: i64, now: i64) -> i64 {
+    let mut r = reg(id, 50 + id as u8);
+    r.previous_broker_epoch = previous;
+    let (records, epoch) = c.register(image, &r, now).unwrap();
+    apply_all(image, &records);
+    let hb = Heartbeat { broker_id: id, broker_epoch: epoch, metadata_offset: image.offset, want_shutdown: false };
+    let (records, _) = c.heartbeat(image, &hb, now).unwrap();
+    apply_all(image, &records);
+    epoch
+}
+
+#[test]
+fn with_elr_an_isr_below_min_isr_keeps_its_lost_members_eligible_and_one_leads_when_the_isr_empties() {
+    let (mut c, mut image, epochs, ..) = orders_on_three();
+    with_elr(&mut image);
+    let records = c.alter_configs(&image, TOPIC_RESOURCE, "orders", &[("min.insync.replicas".to_string(), Some("2".to_string()))]).unwrap();
+    apply_all(&mut image, &records);
+    let p = image.topic("orders").unwrap().partitions[&0].clone();
+    let leader = p.leader;
+    let others: Vec<i32> = p.replicas.iter().copied().filter(|r| *r != leader).collect();
+    // The leader drops both followers (they lag): below min.insync.replicas, they become the ELR.
+    let req = alter_isr(&image, &epochs, vec![(leader, epochs[&leader])]);
+    let records = c.alter_partition(&image, &req).unwrap();
+    apply_all(&mut image, &records);
+    let p = image.topic("orders").unwrap().partitions[&0].clone();
+    let mut elr = others.clone();
+    elr.sort();
+    assert_eq!((p.isr.clone(), p.eligible_leader_replicas.clone()), (vec![leader], elr.clone()));
+    // The leader's session expires: the first ELR member in replica order that is alive leads,
+    // alone in the ISR; the old leader joins the ELR.
+    heartbeat_all_but(&mut c, &image, &epochs, &[leader], TIMEOUT);
+    let records = c.expire_sessions(&image, TIMEOUT + 1);
+    apply_all(&mut image, &records);
+    let p = image.topic("orders").unwrap().partitions[&0].clone();
+    let mut rest = vec![leader, others[1]];
+    rest.sort();
+    assert_eq!((p.leader, p.isr.clone(), p.eligible_leader_replicas.clone()), (others[0], vec![others[0]], rest));
+}
+
+#[test]
+fn with_elr_the_last_replica_stopped_cleanly_leads_again_and_one_stopped_uncleanly_does_not() {
+    for clean in [true, false] {
+        let (mut c, mut image, epochs) = three_brokers();
+        with_elr(&mut image);
+        with_topic(&c, &mut image, "single", 3, 1);
+        let (&index, _) = image.topic("single").unwrap().partitions.iter().find(|(_, p)| p.leader == 1).unwrap();
+        // Broker 1 goes silent and is fenced: its partition keeps an empty ISR, 1 in the ELR
+        // (min.insync.replicas 1) and as its last known leader.
+        heartbeat_all_but(&mut c, &image, &epochs, &[1], TIMEOUT);
+        let records = c.expire_sessions(&image, TIMEOUT + 1);
+        apply_all(&mut image, &records);
+        let p = image.topic("single").unwrap().partitions[&index].clone();
+        assert_eq!((p.leader, p.isr.clone(), p.eligible_leader_replicas.clone(), p.last_known_elr.clone()), (-1, vec![], vec![1], vec![1]));
+        let previous = if clean { epochs[&1] } else { -1 };
+        restart(&mut c, &mut image, 1, previous, TIMEOUT + 2);
+        let p = image.topic("single").unwrap().partitions[&index].clone();
+        if clean {
+            // From the ELR: a clean election.
+            assert_eq!((p.leader, p.isr.clone(), p.eligible_leader_replicas.clone(), p.leader_recovery_state), (1, vec![1], vec![], RECOVERED));
+        } else {
+            // Out of the ELR; as the last known leader with nothing else left it leads again,
+            // uncleanly (RECOVERING), as Kafka's balanced recovery does.
+            assert_eq!((p.leader, p.isr.clone(), p.eligible_leader_replicas.clone(), p.leader_recovery_state), (1, vec![1], vec![], RECOVERING));
+        }
+        assert!(p.last_known_elr.is_empty(), "{p:?}");
+    }
+}
+
+#[test]
+fn with_elr_an_unclean_restart_leaves_the_elr_and_a_clean_member_still_leads() {
+    let (mut c, mut image, epochs, ..) = orders_on_three();
+    with_elr(&mut image);
+    let records = c.alter_configs(&image, TOPIC_RESOURCE, "orders", &[("min.insync.replicas".to_string(), Some("3".to_string()))]).unwrap();
+    apply_all(&mut image, &records);
+    let p = image.topic("orders").unwrap().partitions[&0].clone();
+    // Every broker goes silent at once and is fenced: ISR empty, all three eligible.
+    let records = c.expire_sessions(&image, TIMEOUT + 1);
+    apply_all(&mut image, &records);
+    let q = image.topic("orders").unwrap().partitions[&0].clone();
+    assert_eq!((q.leader, q.isr.clone(), q.eligible_leader_replicas.clone()), (-1, vec![], vec![1, 2, 3]));
+    // The old leader restarts after a crash: it leaves the ELR and does not lead.
+    restart(&mut c, &mut image, p.leader, -1, TIMEOUT + 2);
+    let q = image.topic("orders").unwrap().partitions[&0].clone();
+    assert_eq!(q.leader, -1);
+    assert!(!q.eligible_leader_replicas.contains(&p.leader), "{q:?}");
+    // A replica that stopped cleanly comes back and leads from the ELR.
+    let clean = *q.eligible_leader_replicas.first().unwrap();
+    restart(&mut c, &mut image, clean, epochs[&clean], TIMEOUT + 3);
+    let q = image.topic("orders").unwrap().partitions[&0].clone();
+    assert_eq!((q.leader, q.isr.clone(), q.leader_recovery_state), (clean, vec![clean], RECOVERED));
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use super::controller::{codes, placement_brokers, unclean_enabled, AlterIsr, Controller, Election, Heartbeat, HeartbeatReply, Refusal, Registration};
+use super::controller::{codes, placement_brokers, unclean_enabled, ELR_FEATURE, AlterIsr, Controller, Election, Heartbeat, HeartbeatReply, Refusal, Registration};
 use super::image::MetadataImage;
 use super::placement::Start;
 use super::quorum::{MetadataQuorum, QuorumError};
@@ -58,6 +58,8 @@ pub struct ActiveController<Q> {
     /// `unclean.leader.election.enable` in this controller's server.properties: the default
     /// for topics without their own and without a cluster-wide dynamic one.
     unclean_default: bool,
+    /// `min.insync.replicas` in this controller's server.properties, likewise.
+    min_isr_default: i32,
     started: Instant,
     state: Mutex<Leading>,
 }
@@ -72,6 +74,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
             rebalance: None,
             last_rebalance_ms: std::sync::atomic::AtomicI64::new(0),
             unclean_default: false,
+            min_isr_default: 1,
             started: Instant::now(),
             state: Mutex::new(Leading { term: None, core: Controller::new(session_timeout_ms) }),
         }
@@ -95,6 +98,13 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
     /// `unclean.leader.election.enable` for topics that set none (see [`Controller::elect_unclean`]).
     pub fn with_unclean_default(mut self, enabled: bool) -> ActiveController<Q> {
         self.unclean_default = enabled;
+        self
+    }
+
+    /// `min.insync.replicas` for topics that set none (the ISR floor of eligible leader
+    /// replicas, see [`Controller`]).
+    pub fn with_min_isr_default(mut self, min_isr: i32) -> ActiveController<Q> {
+        self.min_isr_default = min_isr;
         self
     }
 
@@ -123,7 +133,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
                 self.propose(missing).await?;
             }
             tracing::info!(term = status.term, "this node is the active controller");
-            state.core = Controller::new(self.session_timeout_ms);
+            state.core = Controller::new(self.session_timeout_ms).with_min_isr_default(self.min_isr_default);
             state.term = Some(status.term);
         }
         Ok(state)
@@ -387,14 +397,19 @@ pub const MAX_RECORDS_PER_PROPOSAL: usize = 10_000;
 /// How often a voter without a leader says so in its log.
 pub const NO_LEADER_WARNING: Duration = Duration::from_secs(5);
 
-/// What an empty log lacks: the `metadata.version` level (with `imported`, what the log dirs
-/// held before) and this controller's registration.
+/// What an empty log lacks: the `metadata.version` and `eligible.leader.replicas.version`
+/// levels (with `imported`, what the log dirs held before) and this controller's registration.
 fn bootstrap(image: &MetadataImage, registration: &RegisterController, imported: &[VersionedRecord]) -> Vec<VersionedRecord> {
     let mut out = Vec::new();
     if !image.features.contains_key("metadata.version") {
         out.push(VersionedRecord {
             version: 0,
             record: MetadataRecord::FeatureLevel { name: "metadata.version".into(), feature_level: METADATA_VERSION },
+        });
+        // Eligible leader replicas (KIP-966) are on in a new cluster, as in Kafka 4.1 and later.
+        out.push(VersionedRecord {
+            version: 0,
+            record: MetadataRecord::FeatureLevel { name: ELR_FEATURE.into(), feature_level: 1 },
         });
         if !imported.is_empty() {
             tracing::info!(records = imported.len(), "the metadata log is new: writing what the log dirs already hold into it");
@@ -488,7 +503,7 @@ mod tests {
     }
 
     fn broker(id: i32) -> Registration {
-        Registration { broker_id: id, incarnation_id: Uuid::new_v4(), endpoints: vec![], features: vec![], rack: None }
+        Registration { broker_id: id, incarnation_id: Uuid::new_v4(), endpoints: vec![], features: vec![], rack: None, previous_broker_epoch: -1 }
     }
 
     #[tokio::test]
@@ -498,6 +513,7 @@ mod tests {
         assert!(c.tick().await);
         let image = q.image().borrow().clone();
         assert_eq!(image.features.get("metadata.version"), Some(&METADATA_VERSION));
+        assert_eq!(image.features.get(ELR_FEATURE), Some(&1), "a new cluster has eligible leader replicas on");
         assert!(image.controllers.contains_key(&1));
         let offset = image.offset;
         c.tick().await;
@@ -510,7 +526,7 @@ mod tests {
         let c = ActiveController::new(q.clone(), registration(), 1000);
         // No timer has run: the first decision writes the bootstrap records first.
         let epoch = c.register(&broker(7)).await.unwrap();
-        assert_eq!(epoch, 2, "offsets 0 and 1 are metadata.version and the controller's registration");
+        assert_eq!(epoch, 3, "offsets 0 to 2 are metadata.version, eligible.leader.replicas.version and the controller's registration");
         assert_eq!(epoch, q.image().borrow().offset);
         assert_eq!(q.image().borrow().brokers[&7].epoch, epoch);
         assert!(q.image().borrow().brokers[&7].fenced);

@@ -194,7 +194,11 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
         let feature = |name: &str, min: i16, max: i16| SupportedFeatureKey::default().with_name(str_bytes(name)).with_min_version(min).with_max_version(max);
         ApiVersionsResponse::default()
             .with_api_keys(api_keys)
-            .with_supported_features(vec![feature("kraft.version", 0, 0), feature("metadata.version", METADATA_VERSION, METADATA_VERSION)])
+            .with_supported_features(vec![
+                feature(super::controller::ELR_FEATURE, 0, 1),
+                feature("kraft.version", 0, 0),
+                feature("metadata.version", METADATA_VERSION, METADATA_VERSION),
+            ])
             .with_finalized_features_epoch(image.offset)
             .with_finalized_features(finalized)
     }
@@ -303,6 +307,7 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
                 })
                 .collect(),
             rack: req.rack.as_ref().map(|r| r.to_string()),
+            previous_broker_epoch: req.previous_broker_epoch,
         };
         match self.controller.register(&registration).await {
             Ok(epoch) => resp.with_broker_epoch(epoch),

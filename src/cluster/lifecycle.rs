@@ -8,6 +8,12 @@
 //! Controlled shutdown ([`BrokerLifecycle::shut_down`]): heartbeats ask to shut down until the
 //! controller answers that every leadership has moved away, then the process may stop serving.
 //!
+//! A clean stop leaves [`CLEAN_SHUTDOWN`] in every log dir with the broker epoch it had; the
+//! next start reads and removes it and registers with that epoch as its previous one. Without
+//! it (a crash, or a first start) the previous epoch is -1 and the controller takes the broker
+//! out of every ISR and eligible-leader-replica set (KIP-966): after an unclean stop its log may
+//! lack what it had acknowledged.
+//!
 //! # Failure behaviour
 //! A registration that is refused (DUPLICATE_BROKER_REGISTRATION: another live process has this
 //! `node.id`; INCONSISTENT_CLUSTER_ID) or that cannot reach a controller is logged with the
@@ -42,6 +48,53 @@ pub struct BrokerLifecycle {
     interval: Duration,
     fenced: AtomicBool,
     want_shutdown: AtomicBool,
+    /// The epoch of the last clean shutdown, from [`take_clean_shutdown`]; -1 if none.
+    previous_epoch: i64,
+}
+
+/// The clean-shutdown marker's file name in each log dir (Kafka's is `.kafka_cleanshutdown`,
+/// with the same JSON).
+pub const CLEAN_SHUTDOWN: &str = ".sluice_clean_shutdown";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CleanShutdown {
+    version: i32,
+    #[serde(rename = "brokerEpoch")]
+    broker_epoch: i64,
+}
+
+/// Records a clean shutdown in broker epoch `epoch` in every log dir (after their logs are
+/// flushed). A dir it cannot be written to is logged: the next start is then taken as after a
+/// crash, which costs the broker its place in the eligible leader replicas, nothing else.
+pub fn mark_clean_shutdown(log_dirs: &[std::path::PathBuf], epoch: i64) {
+    let body = serde_json::to_vec(&CleanShutdown { version: 0, broker_epoch: epoch }).expect("serialises");
+    for dir in log_dirs {
+        let path = dir.join(CLEAN_SHUTDOWN);
+        if let Err(e) = std::fs::write(&path, &body).and_then(|_| std::fs::File::open(&path)?.sync_all()) {
+            tracing::warn!(path = %path.display(), error = %e, "could not record the clean shutdown");
+        }
+    }
+}
+
+/// The broker epoch of the last clean shutdown, if every log dir recorded the same one; the
+/// markers are removed, so that a crash from now on is not taken for a clean stop. -1 otherwise.
+pub fn take_clean_shutdown(log_dirs: &[std::path::PathBuf]) -> i64 {
+    let mut epochs = Vec::new();
+    for dir in log_dirs {
+        let path = dir.join(CLEAN_SHUTDOWN);
+        let epoch = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<CleanShutdown>(&b).ok()).map(|m| m.broker_epoch);
+        if let Err(e) = std::fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove the clean shutdown marker");
+                return -1;
+            }
+        }
+        epochs.push(epoch);
+    }
+    match epochs.first() {
+        Some(Some(first)) if epochs.iter().all(|e| *e == Some(*first)) => *first,
+        _ => -1,
+    }
 }
 
 impl BrokerLifecycle {
@@ -61,7 +114,14 @@ impl BrokerLifecycle {
             interval,
             fenced: AtomicBool::new(true),
             want_shutdown: AtomicBool::new(false),
+            previous_epoch: -1,
         }
+    }
+
+    /// The broker epoch of this broker's last clean shutdown ([`take_clean_shutdown`]).
+    pub fn with_previous_epoch(mut self, epoch: i64) -> BrokerLifecycle {
+        self.previous_epoch = epoch;
+        self
     }
 
     pub fn epoch(&self) -> i64 {
@@ -93,7 +153,7 @@ impl BrokerLifecycle {
                 .with_min_supported_version(METADATA_VERSION)
                 .with_max_supported_version(METADATA_VERSION)])
             .with_rack(self.rack.clone().map(StrBytes::from_string))
-            .with_previous_broker_epoch(self.epoch());
+            .with_previous_broker_epoch(self.previous_epoch);
         let resp = self.view.call_controller(&req, 4).await?;
         match resp.error_code {
             0 => Ok(resp.broker_epoch),

@@ -8,6 +8,8 @@
 //! - [`image`]: the metadata image, the state those records build, replayed record by record
 //!   (a pure core: no I/O, no clock).
 //! - [`placement`]: where a new partition's replicas go, as Kafka places them.
+//! - [`partition_change`]: one partition's next leader, ISR and eligible leader replicas
+//!   (Kafka's PartitionChangeBuilder, KIP-966), pure.
 //! - [`controller`]: the active controller's decisions (registration, fencing, controlled
 //!   shutdown, topic creation, ISR changes, preferred leaders) as records to propose; a pure core.
 //! - [`quorum`]: [`quorum::MetadataQuorum`], the replicated metadata log as the rest of sluice
@@ -41,6 +43,7 @@ pub mod kafka_api;
 pub mod lifecycle;
 pub mod node;
 pub mod observer;
+pub mod partition_change;
 pub mod placement;
 pub mod quorum;
 pub mod raft;

@@ -80,7 +80,8 @@ impl ControllerNode {
         let unclean = config.topic_defaults.get("unclean.leader.election.enable").is_some_and(|v| v == "true");
         let mut controller = ActiveController::new(quorum.clone(), registration, config.broker_session_timeout_ms)
             .with_imported(imported)
-            .with_unclean_default(unclean);
+            .with_unclean_default(unclean)
+            .with_min_isr_default(config.topic_defaults.get("min.insync.replicas").and_then(|v| v.trim().parse().ok()).unwrap_or(1));
         if config.auto_leader_rebalance_enable {
             controller = controller.with_leader_rebalance(
                 config.leader_imbalance_check_interval_seconds * 1000,

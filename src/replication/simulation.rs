@@ -20,6 +20,10 @@
 //! partition looks like from outside), one link cut, everything healed. The controller itself
 //! never fails here: its quorum is tested in `cluster/raft/tests.rs`.
 //!
+//! Eligible leader replicas (KIP-966) are on, as in a new cluster: the ISR may empty and a
+//! leader come from the ELR, or be the last known leader after every replica restarted (each
+//! restart here is a crash, so the restarted broker leaves the ELR).
+//!
 //! After every step: every acknowledged record and every record a consumer read is at its
 //! offset in the current leader's log; no offset was acknowledged or read with two values; the
 //! image's leader is in its ISR and the ISR within the replicas; each epoch cache increases. At
@@ -36,10 +40,10 @@ use uuid::Uuid;
 
 use super::fetcher::truncation_point;
 use super::leader::LeaderState;
-use crate::cluster::controller::{codes, AlterIsr, Controller, Heartbeat, Registration, RECOVERED, RECOVERING};
+use crate::cluster::controller::{codes, AlterIsr, Controller, Heartbeat, Registration, ELR_FEATURE, RECOVERED, RECOVERING};
 use crate::cluster::image::{MetadataImage, PartitionState};
 use crate::cluster::placement::Start;
-use crate::cluster::records::VersionedRecord;
+use crate::cluster::records::{MetadataRecord, VersionedRecord};
 use crate::log::epoch::end_offset_for;
 
 /// The controller's end of a link.
@@ -172,6 +176,8 @@ struct Stats {
     isolations: usize,
     /// Summed over schedules: how often leadership moved.
     leader_epochs: i64,
+    /// Leaders that came from the eligible leader replicas (the ISR was empty).
+    elr_elections: usize,
 }
 
 impl std::ops::AddAssign for Stats {
@@ -184,6 +190,7 @@ impl std::ops::AddAssign for Stats {
         self.kills += o.kills;
         self.isolations += o.isolations;
         self.leader_epochs += o.leader_epochs;
+        self.elr_elections += o.elr_elections;
     }
 }
 
@@ -202,7 +209,7 @@ impl Sim {
             settings,
             rng: StdRng::seed_from_u64(seed),
             now: 0,
-            controller: Controller::new(SESSION_MS),
+            controller: Controller::new(SESSION_MS).with_min_isr_default(MIN_ISR as i32),
             image: empty,
             brokers,
             cut: BTreeSet::new(),
@@ -216,6 +223,11 @@ impl Sim {
             stats: Stats::default(),
             next_tick: TICK_MS,
         };
+        // Eligible leader replicas on, as a new cluster has them.
+        sim.apply(&[VersionedRecord {
+            version: 0,
+            record: MetadataRecord::FeatureLevel { name: ELR_FEATURE.into(), feature_level: 1 },
+        }]);
         for id in BROKERS {
             sim.heartbeat(id);
         }
@@ -247,7 +259,12 @@ impl Sim {
         let mut image = (*self.image).clone();
         for r in records {
             let offset = image.offset + 1;
+            let leaderless = Sim::partition(&image).is_some_and(|p| p.isr.is_empty());
             image.apply(offset, &r.record).expect("the controller's records apply to its image");
+            if leaderless && Sim::partition(&image).is_some_and(|p| p.leader >= 0) {
+                self.stats.elr_elections += 1;
+                self.note(format!("leader {} elected with the ISR empty", Sim::partition(&image).map_or(-1, |p| p.leader)));
+            }
         }
         self.image = Arc::new(image);
     }
@@ -441,6 +458,7 @@ impl Sim {
                 endpoints: Vec::new(),
                 features: Vec::new(),
                 rack: None,
+                previous_broker_epoch: -1,
             };
             if let Ok((records, epoch)) = self.controller.register(&self.image, &reg, self.now) {
                 self.apply(&records);
@@ -628,8 +646,18 @@ impl Sim {
     /// The safety invariants, after every step.
     fn check(&mut self) {
         let Some(p) = Self::partition(&self.image).cloned() else { return };
-        if p.isr.is_empty() || p.isr.iter().any(|r| !p.replicas.contains(r)) || (p.leader >= 0 && !p.isr.contains(&p.leader)) {
-            self.violation(format!("image: leader {} isr {:?} replicas {:?}", p.leader, p.isr, p.replicas));
+        // With eligible leader replicas the ISR may be empty, but then nothing leads; the ELR
+        // is outside the ISR.
+        let elr_outside = p.eligible_leader_replicas.iter().all(|r| p.replicas.contains(r) && !p.isr.contains(r));
+        if (p.isr.is_empty() && p.leader >= 0)
+            || p.isr.iter().any(|r| !p.replicas.contains(r))
+            || (p.leader >= 0 && !p.isr.contains(&p.leader))
+            || !elr_outside
+        {
+            self.violation(format!(
+                "image: leader {} isr {:?} elr {:?} replicas {:?}",
+                p.leader, p.isr, p.eligible_leader_replicas, p.replicas
+            ));
         }
         let broken = self.brokers.iter().find(|(_, b)| {
             let e = &b.replica.epochs;
@@ -746,8 +774,10 @@ fn seeded_schedules_of_kills_partitions_and_slow_replicas_lose_no_acknowledged_r
     }
     eprintln!("{n} schedules: {total:?}");
     // The schedules reach what matters: acknowledged records, refusals below the min-ISR
-    // floor, ISR changes, followers truncating diverged records, leadership moving.
+    // floor, ISR changes, followers truncating diverged records, leadership moving, leaders
+    // elected with the ISR empty (from the eligible leader replicas, or the last known leader).
     assert!(total.acked > 10 * n as usize, "{total:?}");
+    assert!(total.elr_elections > 0, "{total:?}");
     assert!(total.refused_below_min_isr > 0 && total.isr_changes > n as usize, "{total:?}");
     assert!(total.records_truncated > 0, "{total:?}");
     assert!(total.leader_epochs > n as i64, "{total:?}");

@@ -6,7 +6,9 @@ NOT_ENOUGH_REPLICAS and acks=1 writes are still taken; nothing acknowledged is l
 the leader's metrics (under-replicated, under-min-ISR, ISR shrinks and expands, follower lag)
 say the same. The
 broker session timeout is set far above the lag time so that what moves the ISR is the lag, not
-the broker being fenced (test_cluster.py covers fencing).
+the broker being fenced (test_cluster.py covers fencing). With the ISR below the minimum, the
+members it lost stay eligible to lead (KIP-966), and one that stopped cleanly leads once the
+ISR is empty (five nodes of each).
 """
 import os
 import re
@@ -211,3 +213,62 @@ def test_a_replica_outside_the_isr_leads_only_where_unclean_election_is_enabled(
     wait_until("broker 1 to lead again", lambda: leader(unclean) == one, timeout=60)
     got = consume_partitions(node3, unclean, 1, expect=len(keys))
     assert [r["key"] for r in got[0]] == keys
+
+
+def describe_elr(config, bootstrap, topic):
+    """kafka-topics --describe of partition 0 with the eligible leader replica columns (KIP-966):
+    (leader, sorted ISR, sorted ELR, sorted last known ELR), or None when the tool fails."""
+    r = tool("TopicCommand", "--bootstrap-server", bootstrap, "--command-config", str(config), "--describe", "--topic", topic,
+             check=False)
+    m = re.search(r"Partition: 0\s+Leader: (-?\d+|none)\s+Replicas: [\d,]*\s+Isr: ([\d,]*)\s+Elr: ([\d,]*)\s+LastKnownElr: ([\d,]*)",
+                  r.stdout)
+    if r.returncode != 0 or not m:
+        return None
+    ints = lambda s: sorted(int(x) for x in s.split(",") if x)
+    return (-1 if m.group(1) == "none" else int(m.group(1)), ints(m.group(2)), ints(m.group(3)), ints(m.group(4)))
+
+
+@pytest.mark.parametrize("kind", ["sluice", "kafka"])
+def test_a_replica_stopped_cleanly_below_min_isr_leads_once_the_isr_is_empty(kind, request):
+    """Eligible leader replicas (KIP-966, on in a new cluster of either): five nodes, so that two
+    can be down with the quorum up. A topic on brokers Y and X, min.insync.replicas=2. X stops
+    cleanly: the ISR falls below the minimum and X becomes an eligible leader replica. Y is
+    killed: once fenced, the ISR is empty, X and Y are eligible, Y is the last known leader,
+    nothing leads. X starts again and, eligible and clean, leads at once (before KIP-966 the
+    partition waited for Y). Y, back from a crash, is no longer eligible and rejoins the ISR as
+    a follower; every acknowledged record is there."""
+    make = request.getfixturevalue("sluice_cluster" if kind == "sluice" else "kafka_cluster")
+    c = make(5, overrides={"broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "500"})
+    status = tool("MetadataQuorumCommand", "--bootstrap-server", c.bootstrap, "describe", "--status").stdout
+    keeper = int(re.search(r"LeaderId:\s+(\d+)", status).group(1))
+    y, x = [n for n in (1, 2, 3, 4, 5) if n != keeper][:2]
+    up = "%s:%d" % (c.hosts[keeper], c.ports[keeper])
+    quick = request.getfixturevalue("tmp_path") / "admin.properties"
+    quick.write_text("request.timeout.ms=5000\ndefault.api.timeout.ms=10000\n")
+    topic = unique("elr")
+    tool("TopicCommand", "--bootstrap-server", c.bootstrap, "--create", "--topic", topic, "--replica-assignment", "%d:%d" % (y, x),
+         "--config", "min.insync.replicas=2")
+    wait_until("the whole ISR", lambda: describe_elr(quick, up, topic) == (y, sorted([x, y]), [], []))
+    d = produce_all(producer(c.bootstrap, acks="all"), topic, make_records(20, 1, prefix="acked"))
+    assert not d.failed and len(d.ok) == 20
+
+    if kind == "sluice":
+        assert c.sigterm(x) == 0
+    else:
+        c.stop(x)
+    wait_until("X to be eligible", lambda: describe_elr(quick, up, topic) == (y, [y], [x], []))
+
+    c.kill9(y)
+    row = wait_until("Y to be fenced, leaving the ISR empty",
+                     lambda: (lambda r: r if r and r[1] == [] else None)(describe_elr(quick, up, topic)), timeout=60)
+    assert row == (-1, [], sorted([x, y]), [y])
+
+    c.start(x)
+    wait_until("X to lead from the ELR", lambda: describe_elr(quick, up, topic) == (x, [x], [y], []), timeout=90)
+
+    c.start(y)
+    wait_until("Y, back from a crash, to rejoin the ISR as a follower",
+               lambda: describe_elr(quick, up, topic) == (x, sorted([x, y]), [], []), timeout=90)
+    got = consume_partitions(c.bootstrap, topic, 1, expect=20)
+    assert [r["key"] for r in got[0]] == [r["key"] for r in make_records(20, 1, prefix="acked")]
+    assert [r["offset"] for r in got[0]] == list(range(20))
