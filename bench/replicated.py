@@ -2,22 +2,20 @@
 """Replicated produce throughput, end-to-end latency, CPU and memory of a three-node sluice
 cluster and a three-node Apache Kafka cluster, side by side on this machine.
 
-    bench/replicated.py [--rounds N] [--records N] [--out FILE]   (bench/replicated.sh sets up the venv and jars)
+    bench/replicated.py [--rounds N] [--records N] [--out FILE]   (bench/replicated.sh builds rdkbench, the venv and the jars)
 
 Each round, for each broker in turn (alternating, so that the machine's drift falls on both
 alike): three combined nodes on 127.0.0.1 with their defaults (tests/clients/conftest.py's
 SluiceCluster, KafkaCluster), two topics with replication factor 3 and min.insync.replicas=2,
-created once every partition has its whole ISR:
-- throughput: Kafka's own kafka-producer-perf-test (org.apache.kafka.tools.ProducerPerformance)
-  sends --records records of 1 KiB to a topic of 6 partitions, as fast as it can, acks=all
-  (idempotent, the Java client's defaults otherwise); records/s, MB/s and the tool's own
-  latency percentiles (send to acknowledgement). The three nodes' CPU seconds over the run
-  (utime + stime from /proc, every thread) give CPU seconds per GB written.
-- end-to-end latency: Kafka's kafka-e2e-latency (org.apache.kafka.tools.EndToEndLatency) sends
-  2000 records of 1 KiB one at a time, acks=all, to a topic of one partition and waits for each
-  to be consumed before the next: a record is readable once every in-sync replica has it, so
-  this is the replication round trip as a client sees it. The tool's average (in fractions of
-  a millisecond) and its p50, p99, p99.9 (whole milliseconds).
+measured once every partition has its whole ISR:
+- throughput: librdkafka (bench/rdkbench.c `produce`) sends --records records of 1 KiB to a
+  topic of 6 partitions as fast as it takes them, acks=all, idempotent, its defaults otherwise;
+  records/s and MiB/s to the last acknowledgement. The three nodes' CPU seconds over the run
+  (utime + stime from /proc, every thread) give CPU seconds per GiB written.
+- end-to-end latency at a fixed moderate rate: rdkbench `latency` produces 1,000 records/s of
+  1 KiB, acks=all, to a topic of one partition for 10 s (after 2 s of warm-up) and a consumer in
+  the same process reads them; a record is readable once every in-sync replica has it, so this
+  is the replication round trip as a client sees it. Mean, p50, p99, p99.9 in ms.
 - resident memory of each node after both.
 The clients run on the same two cores as the brokers, alike for both. Prints medians and the
 sluice/Kafka ratios and writes every figure as JSON.
@@ -25,7 +23,6 @@ sluice/Kafka ratios and writes every figure as JSON.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -39,15 +36,12 @@ sys.path.insert(0, str(HERE.parent / "tests" / "clients"))
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from conftest import KafkaCluster, SluiceCluster  # noqa: E402
-from kafkautil import KAFKA_LIBS, kafka_tool  # noqa: E402
+from kafkautil import kafka_tool  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
-PERF_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
-                     r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th")
-E2E_RE = re.compile(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+), 99.9th = ([\d.]+)")
-E2E_AVG_RE = re.compile(r"Avg latency: ([\d.]+) ms")
+RDK = os.environ.get("RDKBENCH", str(HERE.parent / ".cache" / "rdkbench"))
 RECORD = 1024
-E2E_RECORDS = 2000
+LAT_RATE, LAT_SECS, LAT_WARMUP = 1000, 10, 2
 
 
 def log(msg):
@@ -67,12 +61,13 @@ def rss_mib(pid):
     return None
 
 
-def java_tool(cls, *args, timeout=600):
-    r = subprocess.run(["java", "-cp", str(KAFKA_LIBS / "*"), "org.apache.kafka.tools." + cls, *args],
-                       capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise SystemExit("%s failed (exit %d):\n%s\n%s" % (cls, r.returncode, r.stdout[-2000:], r.stderr[-2000:]))
-    return r.stdout
+def rdkbench(*args, timeout=600):
+    """Runs rdkbench; returns its JSON line."""
+    r = subprocess.run([RDK, *args], capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode != 0 or not lines:
+        raise SystemExit("rdkbench %s failed (exit %d):\n%s\n%s" % (args[0], r.returncode, r.stdout[-2000:], r.stderr[-2000:]))
+    return json.loads(lines[-1])
 
 
 def full_isr(admin, topic, partitions):
@@ -97,35 +92,26 @@ def one_round(kind, workdir, records):
                 time.sleep(0.2)
         pids = [c.pid(n) for n in (1, 2, 3)]
         before = sum(cpu_s(p) for p in pids)
-        out = java_tool("ProducerPerformance", "--topic", "replicated", "--num-records", str(records),
-                        "--record-size", str(RECORD), "--throughput", "-1",
-                        "--producer-props", "bootstrap.servers=%s" % c.bootstrap, "acks=all", "enable.idempotence=true")
+        out = rdkbench("produce", "-b", c.bootstrap, "-t", "replicated", "-n", str(records), "-s", str(RECORD),
+                       "-X", "acks=all", "-X", "enable.idempotence=true")
         used = sum(cpu_s(p) for p in pids) - before
-        m = None
-        for line in out.splitlines():
-            m = PERF_RE.search(line) or m
-        if not m:
-            raise SystemExit("%s: no summary from ProducerPerformance:\n%s" % (kind, out[-2000:]))
-        sent = int(m.group(1))
-        gb = sent * RECORD / 1e9
-        res = {"records": sent, "rps": float(m.group(2)), "mbps": float(m.group(3)),
-               "client_p50_ms": float(m.group(7)), "client_p99_ms": float(m.group(9)),
-               "cpu_s": used, "cpu_s_per_gb": used / gb}
-        out = java_tool("EndToEndLatency", c.bootstrap, "e2e", str(E2E_RECORDS), "all", str(RECORD))
-        e, avg = E2E_RE.search(out), E2E_AVG_RE.search(out)
-        if not e or not avg:
-            raise SystemExit("%s: no percentiles from EndToEndLatency:\n%s" % (kind, out[-2000:]))
-        res.update({"e2e_avg_ms": float(avg.group(1)), "e2e_p50_ms": float(e.group(1)), "e2e_p99_ms": float(e.group(2)), "e2e_p999_ms": float(e.group(3))})
+        if out["failed"]:
+            raise SystemExit("%s: %d records failed: %s" % (kind, out["failed"], out["first_error"]))
+        gib = out["records"] * RECORD / 2**30
+        res = {"records": out["records"], "rps": out["rps"], "mibps": out["mbps"], "cpu_s": used, "cpu_s_per_gib": used / gib}
+        lat = rdkbench("latency", "-b", c.bootstrap, "-t", "e2e", "-r", str(LAT_RATE), "-d", str(LAT_SECS), "-w", str(LAT_WARMUP),
+                       "-s", str(RECORD), "-X", "acks=all", "-X", "enable.idempotence=true", "-X", "linger.ms=0")
+        res.update({"e2e_mean_ms": lat["mean_ms"], "e2e_p50_ms": lat["p50_ms"], "e2e_p99_ms": lat["p99_ms"],
+                    "e2e_p999_ms": lat["p999_ms"], "e2e_max_ms": lat["max_ms"]})
         res["rss_mib"] = [rss_mib(p) for p in pids]
         return res
     finally:
         c.close()
 
 
-KEYS = [("rps", "records/s", "%.0f"), ("mbps", "MB/s", "%.1f"), ("client_p50_ms", "producer p50 ms", "%.0f"),
-        ("client_p99_ms", "producer p99 ms", "%.0f"), ("cpu_s_per_gb", "broker CPU s/GB", "%.1f"),
-        ("e2e_avg_ms", "e2e avg ms", "%.3f"), ("e2e_p50_ms", "e2e p50 ms", "%.0f"), ("e2e_p99_ms", "e2e p99 ms", "%.0f"), ("e2e_p999_ms", "e2e p99.9 ms", "%.0f"),
-        ("rss_mib_max", "largest node RSS MiB", "%.0f")]
+KEYS = [("rps", "records/s", "%.0f"), ("mibps", "MiB/s", "%.1f"), ("cpu_s_per_gib", "broker CPU s/GiB", "%.1f"),
+        ("e2e_mean_ms", "e2e mean ms", "%.2f"), ("e2e_p50_ms", "e2e p50 ms", "%.2f"), ("e2e_p99_ms", "e2e p99 ms", "%.2f"),
+        ("e2e_p999_ms", "e2e p99.9 ms", "%.2f"), ("rss_mib_max", "largest node RSS MiB", "%.0f")]
 
 
 def main():
@@ -152,7 +138,7 @@ def main():
             row.append("ratio %.2f" % (summary["sluice"]["medians"][key] / summary["kafka"]["medians"][key]))
         log("median %s: %s" % (label, ", ".join(row)))
     Path(args.out).write_text(json.dumps({"rounds": args.rounds, "records": args.records, "record_bytes": RECORD,
-                                          "e2e_records": E2E_RECORDS, "results": summary}, indent=2) + "\n")
+                                          "latency_rate": LAT_RATE, "latency_secs": LAT_SECS, "results": summary}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
