@@ -307,6 +307,19 @@ impl PartitionLog {
     /// `records` is not modified: each batch is written as a patched copy of its 61-byte header
     /// (offset, leader epoch and, for LogAppendTime, timestamp and CRC) followed by the rest of
     /// the batch straight from `records`, in one vectored write.
+    /// Starts `leader_epoch` at the log end in the leader-epoch cache, as Kafka's makeLeader
+    /// does, unless the cache already has it or a later one. A follower whose last fetched epoch
+    /// is one this leader never wrote in is then answered with where that epoch ends here (the
+    /// start of this one), not with an undefined epoch, which would make it truncate to its own
+    /// high watermark and drop acknowledged records above it.
+    pub fn start_leader_epoch(&mut self, leader_epoch: i32) -> Result<(), LogError> {
+        if leader_epoch < 0 || self.epochs.latest_epoch().is_some_and(|e| leader_epoch <= e) {
+            return Ok(());
+        }
+        let r = self.epochs.assign(leader_epoch, self.log_end_offset());
+        self.poison_on_err(r)
+    }
+
     pub fn append_as_leader(&mut self, records: Bytes, leader_epoch: i32, now_ms: i64) -> Result<AppendInfo, LogError> {
         self.check_poisoned()?;
         let headers = validate_produce_records(&records, self.config.max_message_bytes)?;
@@ -774,7 +787,12 @@ impl PartitionLog {
     pub fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
         self.check_poisoned()?;
         if offset >= self.log_end_offset() {
-            return Ok(());
+            // Nothing to cut from the log, but the epoch cache may still hold an epoch this
+            // broker started as leader at the log end and never wrote in (Kafka's truncateTo
+            // does the same): left there, the follower would keep naming it as its last
+            // fetched epoch and be told to truncate again, forever.
+            let leo = self.log_end_offset();
+            return self.epochs.truncate_from_end(leo);
         }
         self.settle_flush()?;
         let r = self.truncate_inner(offset);

@@ -509,6 +509,29 @@ fn leader_epochs_are_persisted_reloaded_and_truncated() {
 }
 
 #[test]
+fn a_new_leader_starts_its_epoch_at_the_log_end_and_a_follower_drops_it_unwritten() {
+    let io: Arc<dyn IoBackend> = Arc::new(crate::log::io::StdBackend);
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default(), &io);
+    log.append_as_leader(batch_with(2, 0, 10).into(), 1, 0).unwrap();
+    // Leader in epoch 4 before any append in it: a follower that last fetched in epoch 2 (led
+    // elsewhere) is told epoch 1 ends at 2, not that the epoch is unknown.
+    log.start_leader_epoch(4).unwrap();
+    log.start_leader_epoch(3).unwrap(); // never lowered
+    assert_eq!(log.latest_epoch(), Some(4));
+    assert_eq!(log.end_offset_for_epoch(2), Some((1, 2)));
+    assert_eq!(log.end_offset_for_epoch(4), Some((4, 2)));
+    // Its first append in the epoch adds nothing to the cache.
+    log.append_as_leader(batch_with(1, 0, 10).into(), 4, 0).unwrap();
+    assert_eq!(fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).unwrap(), "0\n2\n1 0\n4 2\n");
+    // Leader in epoch 6, then a follower before writing in it: truncating at the log end still
+    // drops the unwritten epoch, so the follower no longer names it as its last.
+    log.start_leader_epoch(6).unwrap();
+    log.truncate_to(3).unwrap();
+    assert_eq!((log.log_end_offset(), log.latest_epoch()), (3, Some(4)));
+}
+
+#[test]
 fn leader_epochs_lost_before_a_flush_are_restored_from_the_batches() {
     let io: Arc<dyn IoBackend> = Arc::new(crate::log::io::StdBackend);
     let checkpoint = |d: &Path| d.join("leader-epoch-checkpoint");

@@ -241,6 +241,10 @@ impl Partition {
     /// replica set). `me` is this broker's id.
     pub fn become_leader(&self, me: i32, leader_epoch: i32, partition_epoch: i32, replicas: Vec<i32>, isr: Vec<i32>, now_ms: i64) {
         self.set_leader_epoch(leader_epoch);
+        if let Err(e) = self.state.lock().log.start_leader_epoch(leader_epoch) {
+            // The log is poisoned: its appends and fetches fail from now on, which is logged there.
+            tracing::error!(topic = %self.topic, partition = self.index, leader_epoch, error = %e, "could not record the new leader epoch");
+        }
         let leo = self.log_end_offset();
         let mut role = self.role.lock();
         match &mut *role {

@@ -111,6 +111,10 @@ impl Replica {
 
     fn truncate(&mut self, to: i64) -> usize {
         if to >= self.leo() {
+            // `log::Partition::truncate_to`: an epoch started at the log end and never written
+            // in leaves the cache all the same.
+            let leo = self.leo();
+            self.epochs.retain(|&(_, s)| s < leo);
             return 0;
         }
         let dropped = self.log.len() - to as usize;
@@ -296,6 +300,10 @@ impl Sim {
             match &mut b.replica.role {
                 Role::Leader(l) if l.leader_epoch == p.leader_epoch => l.update(p.partition_epoch, p.replicas.clone(), p.isr.clone(), now),
                 _ => {
+                    // `Partition::become_leader`: the new epoch starts at the log end in the cache.
+                    if b.replica.epochs.last().is_none_or(|&(e, _)| p.leader_epoch > e) {
+                        b.replica.epochs.push((p.leader_epoch, leo));
+                    }
                     let mut l = LeaderState::new(id, p.leader_epoch, p.partition_epoch, p.replicas.clone(), p.isr.clone(), leo, now);
                     l.min_isr = MIN_ISR;
                     b.replica.role = Role::Leader(l);
@@ -781,6 +789,18 @@ fn seeded_schedules_of_kills_partitions_and_slow_replicas_lose_no_acknowledged_r
     assert!(total.refused_below_min_isr > 0 && total.isr_changes > n as usize, "{total:?}");
     assert!(total.records_truncated > 0, "{total:?}");
     assert!(total.leader_epochs > n as i64, "{total:?}");
+}
+
+#[test]
+fn schedules_where_a_new_leader_had_not_written_in_its_epoch_lose_nothing() {
+    // Found by `make sim` with eligible leader replicas on: a leader that had not appended in
+    // its epoch answered a follower's last fetched epoch as unknown, the follower truncated to
+    // its own (older) high watermark, dropping acknowledged records, and then led from the
+    // ELR (seed 5490). With the epoch started at the log end, a follower that was leader
+    // without writing kept the unwritten epoch and looped on truncation (seed 3).
+    for seed in [3, 5490] {
+        run(seed, Settings { acks: Acks::All, unclean: false, steps: 3000 });
+    }
 }
 
 #[test]
