@@ -1,5 +1,6 @@
 //! Read-only cluster descriptions: DescribeCluster, DescribeTopicPartitions, DescribeLogDirs,
-//! ListPartitionReassignments, ElectLeaders (a single node never needs an election), and
+//! ListPartitionReassignments and AlterPartitionReassignments and ElectLeaders (forwarded to the
+//! active controller), and
 //! SaslHandshake (no SASL mechanism is enabled on any listener yet).
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -172,12 +173,42 @@ pub async fn describe_log_dirs(ctx: &RequestContext, req: DescribeLogDirsRequest
     DescribeLogDirsResponse::default().with_results(results)
 }
 
-/// A single node never moves replicas: no reassignment is ever in progress.
+/// ListPartitionReassignments: the active controller answers from the metadata image (as
+/// Kafka's broker forwards it).
 pub async fn list_partition_reassignments(
-    _ctx: &RequestContext,
-    _req: ListPartitionReassignmentsRequest,
+    ctx: &RequestContext,
+    req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
-    ListPartitionReassignmentsResponse::default().with_error_message(None)
+    let Some(view) = ctx.broker.cluster() else {
+        return ListPartitionReassignmentsResponse::default().with_error_message(None);
+    };
+    match view.call_controller(&req, ctx.api_version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::info!(error = %e, "forwarding ListPartitionReassignments to the active controller failed");
+            ListPartitionReassignmentsResponse::default().with_error_code(ResponseError::RequestTimedOut.code())
+        }
+    }
+}
+
+/// AlterPartitionReassignments (`kafka-reassign-partitions --execute/--cancel`), forwarded to
+/// the active controller (see `cluster::controller::Controller::reassign`).
+pub async fn alter_partition_reassignments(
+    ctx: &RequestContext,
+    req: AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    let Some(view) = ctx.broker.cluster() else {
+        return AlterPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(str_bytes("this broker is not a cluster member")));
+    };
+    match view.call_controller(&req, ctx.api_version).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::info!(error = %e, "forwarding AlterPartitionReassignments to the active controller failed");
+            AlterPartitionReassignmentsResponse::default().with_error_code(ResponseError::RequestTimedOut.code())
+        }
+    }
 }
 
 /// Every partition of a single node is led by its only (preferred) replica, so no election is

@@ -40,6 +40,9 @@ struct Wanted {
     leader_hint: Option<(i32, i32)>,
     /// For incremental sessions: what was last sent (to skip partitions without news).
     last_sent: Option<(i64, i64)>,
+    /// A follower outside the ISR fetching a partition under `leader.replication.throttled.*`:
+    /// answered without records while the leader's replication quota is exceeded.
+    throttled: bool,
 }
 
 struct Outcome {
@@ -126,14 +129,15 @@ fn read_one(w: &Wanted, budget: usize, first: bool, replica: bool) -> Outcome {
     }
 }
 
-/// One pass over every wanted partition; returns outcomes and total bytes.
-fn read_all(wanted: &[Wanted], max_bytes: usize, replica: bool) -> (Vec<Outcome>, usize) {
+/// One pass over every wanted partition; returns outcomes and total bytes. With `withhold`
+/// (the leader's replication quota exceeded), throttled partitions get no records.
+fn read_all(wanted: &[Wanted], max_bytes: usize, replica: bool, withhold: bool) -> (Vec<Outcome>, usize) {
     let mut total = 0usize;
     let mut outcomes = Vec::with_capacity(wanted.len());
     let mut have_data = false;
     for w in wanted {
         let budget = max_bytes.saturating_sub(total);
-        let o = if budget == 0 && have_data {
+        let o = if (budget == 0 && have_data) || (withhold && w.throttled) {
             // Out of budget: report offsets without data.
             match &w.partition {
                 Ok(p) => Outcome {
@@ -245,6 +249,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                 partition,
                 leader_hint,
                 last_sent: incremental.then_some((sp.last_high_watermark, sp.last_log_start_offset)),
+                throttled: false,
             }
         })
         .collect();
@@ -277,7 +282,24 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             }
         }
     }
-    let (mut outcomes, mut total) = read_all(&wanted, max_bytes, is_replica);
+    // Replication throttles (a reassignment's `--throttle`): followers outside the ISR of
+    // partitions whose leader.replication.throttled.replicas names this broker.
+    let throttling = is_replica && broker.leader_quota.is_limited();
+    if throttling {
+        for w in wanted.iter_mut() {
+            if let Ok(p) = &w.partition {
+                let listed = broker.topic(&w.key.0).is_some_and(|t| {
+                    t.overrides.get("leader.replication.throttled.replicas").is_some_and(|v| {
+                        crate::replication::throttle::names_replica(v, w.key.1, broker.node_id)
+                    })
+                });
+                w.throttled = listed && !p.leader_has_in_isr(replica);
+            }
+        }
+    }
+    let throttling = throttling && wanted.iter().any(|w| w.throttled);
+    let withhold = || throttling && broker.leader_quota.exceeded(broker.now_ms());
+    let (mut outcomes, mut total) = read_all(&wanted, max_bytes, is_replica, withhold());
     let any_error = outcomes.iter().any(|o| code(o.error) != 0);
     while total < min_bytes && !any_error && !wanted.is_empty() && tokio::time::Instant::now() < deadline {
         let parts: Vec<&Arc<Partition>> = wanted.iter().filter_map(|w| w.partition.as_ref().ok()).collect();
@@ -286,14 +308,14 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             w.as_mut().enable();
         }
         // Re-read after registering so an append that raced the first pass is not missed.
-        (outcomes, total) = read_all(&wanted, max_bytes, is_replica);
+        (outcomes, total) = read_all(&wanted, max_bytes, is_replica, withhold());
         if total >= min_bytes {
             break;
         }
         if waits.is_empty() || tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await.is_err() {
             break;
         }
-        (outcomes, total) = read_all(&wanted, max_bytes, is_replica);
+        (outcomes, total) = read_all(&wanted, max_bytes, is_replica, withhold());
     }
 
     // Build the response, grouping consecutive partitions of a topic.
@@ -305,6 +327,9 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             // Offsets covered, which is the record count unless compaction removed some.
             let records = (r.next_offset - r.first_offset).max(0) as u64;
             broker.metrics.record_fetch(&p.topic, p.index, records, r.slice.len());
+            if w.throttled {
+                broker.leader_quota.record(r.slice.len() as u64, broker.now_ms());
+            }
         }
         if let Some((last_hw, last_start)) = w.last_sent {
             let news = o.records.is_some()

@@ -151,6 +151,7 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
         DescribeLogDirs => DescribeLogDirsRequest,
         SaslHandshake => SaslHandshakeRequest,
         ListPartitionReassignments => ListPartitionReassignmentsRequest,
+        AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
         ElectLeaders => ElectLeadersRequest,
         OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
         DescribeAcls => DescribeAclsRequest,
@@ -228,6 +229,9 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         ApiKey::SaslHandshake => handle_with!(ctx, body, SaslHandshakeRequest, describe::sasl_handshake),
         ApiKey::ListPartitionReassignments => {
             handle_with!(ctx, body, ListPartitionReassignmentsRequest, describe::list_partition_reassignments)
+        }
+        ApiKey::AlterPartitionReassignments => {
+            handle_with!(ctx, body, AlterPartitionReassignmentsRequest, describe::alter_partition_reassignments)
         }
         ApiKey::ElectLeaders => handle_with!(ctx, body, ElectLeadersRequest, describe::elect_leaders),
         ApiKey::OffsetForLeaderEpoch => {

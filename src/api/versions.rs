@@ -53,6 +53,7 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::DeleteGroups, 0, 2),
     s(ApiKey::ElectLeaders, 0, 2),
     s(ApiKey::IncrementalAlterConfigs, 0, 1),
+    s(ApiKey::AlterPartitionReassignments, 0, 1),
     s(ApiKey::ListPartitionReassignments, 0, 0),
     s(ApiKey::OffsetDelete, 0, 0),
     s(ApiKey::DescribeCluster, 0, 1),

@@ -5,7 +5,10 @@
 //! has, or has under another id (deleted and created again), loses its local files.
 //!
 //! Each local partition takes its role from the image: leader (with the image's ISR, replicas
-//! and epochs) or follower of the image's leader, fetched by the [`ReplicaFetchers`]. While
+//! and epochs) or follower of the image's leader, fetched by the [`ReplicaFetchers`]. A topic
+//! none of whose replicas is on this broker any more (a reassignment moved them) loses its local
+//! files once the image has caught up; a single partition moved away stops leading or following
+//! and keeps its files until then. While
 //! leading, [`propose_isr_changes`] asks the controller for ISR changes (AlterPartition).
 //!
 //! Runs on the blocking pool whenever the image changes (creating and deleting files fsyncs).
@@ -70,6 +73,15 @@ impl LocalSync {
                 }
             }
             if !hosted {
+                // Moved away by a reassignment: no replica of the topic is here any more (Kafka
+                // deletes a replica it no longer hosts). Only once caught up, as above.
+                if let Some(l) = local.as_ref().filter(|l| caught_up && l.id == topic.id) {
+                    tracing::info!(topic = %topic.name, "no replica of the topic is on this broker any more; removing its local logs");
+                    if let Err(e) = broker.remove_local_topic(l) {
+                        tracing::warn!(topic = %topic.name, error = %e, "removing the local logs of a topic moved away failed");
+                    }
+                    done.remove(&topic.id);
+                }
                 continue;
             }
             let count = topic.partitions.len() as i32;
@@ -101,9 +113,19 @@ impl LocalSync {
                 }
                 let now = broker.now_ms();
                 let unchanged = done.get(&topic.id).is_some_and(|(t, l)| Arc::ptr_eq(t, topic) && Arc::ptr_eq(l, &local));
+                let follower_throttled = image
+                    .configs
+                    .get(&(TOPIC_RESOURCE, topic.name.clone()))
+                    .and_then(|c| c.get("follower.replication.throttled.replicas"));
                 for (index, p) in &topic.partitions {
                     let Some(lp) = local.partition(*index) else { continue };
                     if !p.replicas.contains(&me) {
+                        // Not a replica (any more): a leader moved away by a reassignment stops
+                        // leading. Its log stays until the whole topic leaves this broker; a
+                        // replica added back later truncates it against the leader's epochs.
+                        if !unchanged && lp.is_leader() {
+                            lp.become_follower(p.leader, p.leader_epoch);
+                        }
                         continue;
                     }
                     if p.leader == me {
@@ -116,10 +138,13 @@ impl LocalSync {
                             lp.become_follower(p.leader, p.leader_epoch);
                         }
                         if p.leader >= 0 {
+                            let throttled = !p.isr.contains(&me)
+                                && follower_throttled.is_some_and(|v| crate::replication::throttle::names_replica(v, *index, me));
                             follow.entry(p.leader).or_default().push(Followed {
                                 topic_id: topic.id,
                                 partition: lp.clone(),
                                 leader_epoch: p.leader_epoch,
+                                throttled,
                             });
                         }
                     }
@@ -286,7 +311,7 @@ impl Drop for StopOnDrop {
 pub async fn run(broker: Arc<Broker>) {
     let Some(view) = broker.cluster().cloned() else { return };
     let epoch_view = view.clone();
-    let fetchers = ReplicaFetchers::new(broker.node_id, Arc::new(move || epoch_view.broker_epoch()));
+    let fetchers = ReplicaFetchers::new(broker.node_id, Arc::new(move || epoch_view.broker_epoch()), broker.follower_quota.clone());
     let _stop = StopOnDrop(fetchers.clone());
     let mut images = view.subscribe();
     let mut synced_caught_up = false;

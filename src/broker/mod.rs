@@ -139,6 +139,10 @@ pub struct Broker {
     /// Set when this broker is a member of a multi-node cluster: topics, partitions and their
     /// leaders come from the cluster's metadata image (see `cluster`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::view::ClusterView>>,
+    /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate` (see
+    /// `replication::throttle`), from the dynamic broker configs.
+    pub leader_quota: crate::replication::throttle::Quota,
+    pub follower_quota: Arc<crate::replication::throttle::Quota>,
 }
 
 /// Whether [`Broker::open_partition`] is creating the partition, and how durably.
@@ -219,10 +223,13 @@ impl Broker {
             checkpoint_lock: Mutex::new(()),
             metrics: Arc::default(),
             cluster: std::sync::OnceLock::new(),
+            leader_quota: Default::default(),
+            follower_quota: Default::default(),
             config,
         };
         broker.read_start_offsets();
         broker.recompute_topic_defaults();
+        broker.apply_replication_throttles();
         let boot_id = boot::current_boot_id();
         let checks: HashMap<PathBuf, ActiveCheck> = broker
             .config
@@ -513,6 +520,7 @@ impl Broker {
         let entity = if node { self.node_id.to_string() } else { DYNAMIC_DEFAULT_ENTITY.to_string() };
         self.broker_configs.lock().set(&entity, configs).map_err(|e| TopicError::Storage(e.to_string()))?;
         self.recompute_topic_defaults();
+        self.apply_replication_throttles();
         for topic in self.all_topics() {
             let log_config = topic_config::log_config(&self.topic_effective_configs(&topic));
             for p in &topic.partitions {
@@ -520,6 +528,15 @@ impl Broker {
             }
         }
         Ok(())
+    }
+
+    /// The replication throttle rates in force: this broker's dynamic config, else the cluster
+    /// default, else none.
+    fn apply_replication_throttles(&self) {
+        let (cluster, node) = self.dynamic_broker_configs();
+        let rate = |key: &str| node.get(key).or(cluster.get(key)).and_then(|v| v.trim().parse::<i64>().ok());
+        self.leader_quota.set_limit(rate("leader.replication.throttled.rate"));
+        self.follower_quota.set_limit(rate("follower.replication.throttled.rate"));
     }
 
     fn recompute_topic_defaults(&self) {

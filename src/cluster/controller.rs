@@ -103,6 +103,7 @@ pub mod codes {
     pub const ELECTION_NOT_NEEDED: i16 = 84;
     pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
     pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+    pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 }
 
 /// Producer ids per AllocateProducerIds answer (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
@@ -559,6 +560,67 @@ impl Controller {
             .isr(isr)
             .recovery_state(if recovered { RECOVERED } else { p.leader_recovery_state })
             .build();
+        Ok(change.map(|c| vec![versioned(MetadataRecord::PartitionChange(c))]).unwrap_or_default())
+    }
+
+    /// AlterPartitionReassignments for one partition, as Kafka's `ReplicationControlManager`
+    /// takes it: `target` starts (or replaces) a reassignment to those replicas; `None` cancels
+    /// the one in progress. The target must be non-empty, name each broker once and only
+    /// registered brokers, and keep the replication factor unless `allow_rf_change` (KIP-860).
+    /// The change may finish at once (every target replica already in the ISR); otherwise it
+    /// finishes in the AlterPartition that brings the last one in ([`Builder`]). Returns the
+    /// records (none when nothing changes).
+    pub fn reassign(
+        &self,
+        image: &MetadataImage,
+        topic: &str,
+        partition: i32,
+        target: Option<&[i32]>,
+        allow_rf_change: bool,
+    ) -> Result<Vec<VersionedRecord>, Refusal> {
+        let t = image.topic(topic).ok_or_else(|| refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, format!("Unable to find topic {topic}")))?;
+        let p = t
+            .partitions
+            .get(&partition)
+            .ok_or_else(|| refuse(codes::UNKNOWN_TOPIC_OR_PARTITION, format!("Unable to find partition {topic}:{partition}.")))?;
+        let policy = self.policy(image);
+        let acceptable = |r: i32| eligible(image, r);
+        let builder = Builder::new(p, t.id, partition, &acceptable, policy.elr, policy.min_isr(topic));
+        let change = match target {
+            None if p.adding_replicas.is_empty() && p.removing_replicas.is_empty() => {
+                return Err(refuse(codes::NO_REASSIGNMENT_IN_PROGRESS, format!("No ongoing reassignment for {topic}-{partition}")));
+            }
+            None => builder.revert().build(),
+            Some(target) => {
+                if target.is_empty() {
+                    return Err(refuse(codes::INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."));
+                }
+                let mut sorted = target.to_vec();
+                sorted.sort_unstable();
+                for (i, b) in sorted.iter().enumerate() {
+                    if !image.brokers.contains_key(b) {
+                        return Err(refuse(
+                            codes::INVALID_REPLICA_ASSIGNMENT,
+                            format!("The manual partition assignment includes broker {b}, but no such broker is registered."),
+                        ));
+                    }
+                    if i > 0 && sorted[i - 1] == *b {
+                        return Err(refuse(
+                            codes::INVALID_REPLICA_ASSIGNMENT,
+                            format!("The manual partition assignment includes the broker {b} more than once."),
+                        ));
+                    }
+                }
+                let current = p.replicas.len() - p.removing_replicas.len();
+                if !allow_rf_change && target.len() != current {
+                    return Err(refuse(
+                        codes::INVALID_REPLICATION_FACTOR,
+                        format!("The replication factor is changed from {current} to {}", target.len()),
+                    ));
+                }
+                builder.reassign(target).build()
+            }
+        };
         Ok(change.map(|c| vec![versioned(MetadataRecord::PartitionChange(c))]).unwrap_or_default())
     }
 

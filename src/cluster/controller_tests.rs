@@ -601,3 +601,94 @@ fn with_elr_an_unclean_restart_leaves_the_elr_and_a_clean_member_still_leads() {
     let q = image.topic("orders").unwrap().partitions[&0].clone();
     assert_eq!((q.leader, q.isr.clone(), q.leader_recovery_state), (clean, vec![clean], RECOVERED));
 }
+
+/// `orders-0` on two of three brokers: (controller, image, epochs, topic id, leader, the other
+/// replica, the broker without a replica).
+fn orders_on_two() -> (Controller, MetadataImage, BTreeMap<i32, i64>, Uuid, i32, i32, i32) {
+    let (c, mut image, epochs) = three_brokers();
+    with_topic(&c, &mut image, "orders", 1, 2);
+    let t = image.topic_ids["orders"];
+    let p = image.topics[&t].partitions[&0].clone();
+    let other = *p.replicas.iter().find(|r| **r != p.leader).unwrap();
+    let spare = (1..=3).find(|b| !p.replicas.contains(b)).unwrap();
+    (c, image, epochs, t, p.leader, other, spare)
+}
+
+#[test]
+fn a_reassignment_adds_the_target_and_finishes_once_it_is_in_sync_moving_the_leader_off_a_removed_replica() {
+    let (c, mut image, epochs, t, leader, other, spare) = orders_on_two();
+    let before = image.topics[&t].partitions[&0].clone();
+    let records = c.reassign(&image, "orders", 0, Some(&[other, spare]), false).unwrap();
+    apply_all(&mut image, &records);
+    let p = image.topics[&t].partitions[&0].clone();
+    // The target first, then the replica being removed; the leader and its epoch stay.
+    assert_eq!(p.replicas, vec![other, spare, leader]);
+    assert_eq!((p.adding_replicas.clone(), p.removing_replicas.clone()), (vec![spare], vec![leader]));
+    assert_eq!((p.leader, p.leader_epoch), (leader, before.leader_epoch));
+    assert_eq!(p.isr, before.isr);
+    // The new replica caught up: the leader's AlterPartition brings it in and that finishes
+    // the reassignment; the removed leader hands over to the first target replica in sync.
+    let grown: Vec<(i32, i64)> = [leader, other, spare].iter().map(|r| (*r, epochs[r])).collect();
+    let records = c.alter_partition(&image, &alter_isr(&image, &epochs, grown)).unwrap();
+    apply_all(&mut image, &records);
+    let p = &image.topics[&t].partitions[&0];
+    assert_eq!((p.replicas.clone(), p.isr.clone()), (vec![other, spare], vec![other, spare]));
+    assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
+    assert_eq!((p.leader, p.leader_epoch), (other, before.leader_epoch + 1));
+}
+
+#[test]
+fn removing_a_follower_keeps_the_leader_but_bumps_its_epoch_to_fence_the_removed_replica() {
+    let (c, mut image, epochs, t, leader, other, spare) = orders_on_two();
+    let epoch = image.topics[&t].partitions[&0].leader_epoch;
+    let r = c.reassign(&image, "orders", 0, Some(&[leader, spare]), false).unwrap();
+    apply_all(&mut image, &r);
+    assert_eq!(image.topics[&t].partitions[&0].replicas, vec![leader, spare, other]);
+    let grown: Vec<(i32, i64)> = [leader, other, spare].iter().map(|r| (*r, epochs[r])).collect();
+    let r = c.alter_partition(&image, &alter_isr(&image, &epochs, grown)).unwrap();
+    apply_all(&mut image, &r);
+    let p = &image.topics[&t].partitions[&0];
+    assert_eq!((p.replicas.clone(), p.isr.clone()), (vec![leader, spare], vec![leader, spare]));
+    assert_eq!((p.leader, p.leader_epoch), (leader, epoch + 1));
+}
+
+#[test]
+fn a_reassignment_whose_target_is_already_in_sync_finishes_at_once_and_one_to_the_same_replicas_changes_nothing() {
+    let (c, mut image, _, t, leader, other, _) = orders_on_two();
+    // Reordering the same replicas: only the order (the preferred leader) changes.
+    let r = c.reassign(&image, "orders", 0, Some(&[other, leader]), false).unwrap();
+    apply_all(&mut image, &r);
+    let p = &image.topics[&t].partitions[&0];
+    assert_eq!(p.replicas, vec![other, leader]);
+    assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
+    assert!(c.reassign(&image, "orders", 0, Some(&[other, leader]), false).unwrap().is_empty());
+}
+
+#[test]
+fn cancelling_a_reassignment_reverts_to_the_original_replicas() {
+    let (c, mut image, _, t, leader, other, spare) = orders_on_two();
+    let before = image.topics[&t].partitions[&0].clone();
+    assert_eq!(c.reassign(&image, "orders", 0, None, false).unwrap_err().code, codes::NO_REASSIGNMENT_IN_PROGRESS);
+    let r = c.reassign(&image, "orders", 0, Some(&[other, spare]), false).unwrap();
+    apply_all(&mut image, &r);
+    let r = c.reassign(&image, "orders", 0, None, false).unwrap();
+    apply_all(&mut image, &r);
+    let p = &image.topics[&t].partitions[&0];
+    // Kafka's revert keeps the merged order less the replicas being added.
+    assert_eq!((p.replicas.clone(), p.isr.clone(), p.leader), (vec![other, leader], before.isr.clone(), leader));
+    assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
+}
+
+#[test]
+fn a_reassignment_target_is_checked_as_kafka_checks_it() {
+    let (c, image, _, _, leader, other, spare) = orders_on_two();
+    let code = |target: &[i32], allow: bool| c.reassign(&image, "orders", 0, Some(target), allow).map(|_| ()).map_err(|r| r.code);
+    assert_eq!(code(&[], false), Err(codes::INVALID_REPLICA_ASSIGNMENT));
+    assert_eq!(code(&[leader, leader], false), Err(codes::INVALID_REPLICA_ASSIGNMENT));
+    assert_eq!(code(&[leader, 9], false), Err(codes::INVALID_REPLICA_ASSIGNMENT));
+    // KIP-860: a different replication factor only when allowed.
+    assert_eq!(code(&[leader, other, spare], false), Err(codes::INVALID_REPLICATION_FACTOR));
+    assert_eq!(code(&[leader, other, spare], true), Ok(()));
+    assert_eq!(c.reassign(&image, "nope", 0, Some(&[leader]), true).unwrap_err().code, codes::UNKNOWN_TOPIC_OR_PARTITION);
+    assert_eq!(c.reassign(&image, "orders", 5, Some(&[leader]), true).unwrap_err().code, codes::UNKNOWN_TOPIC_OR_PARTITION);
+}

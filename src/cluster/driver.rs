@@ -298,12 +298,7 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
             match state.core.alter_partition(&image, req) {
                 Ok(rs) => {
                     // Later partitions of the request are checked against the image with these.
-                    for r in &rs {
-                        let offset = image.offset + 1;
-                        if let Err(e) = image.apply(offset, &r.record) {
-                            return Err(Refusal { code: codes::UNKNOWN_SERVER_ERROR, message: e.to_string() });
-                        }
-                    }
+                    stage(&mut image, &rs)?;
                     records.extend(rs);
                     outcomes.push(Ok(()));
                 }
@@ -316,6 +311,32 @@ impl<Q: MetadataQuorum> ActiveController<Q> {
         for (req, o) in reqs.iter().zip(&outcomes) {
             tracing::info!(broker = req.broker_id, topic_id = %req.topic_id, partition = req.partition,
                 isr = ?req.new_isr.iter().map(|(b, _)| *b).collect::<Vec<_>>(), outcome = ?o, "AlterPartition");
+        }
+        Ok(outcomes)
+    }
+
+    /// AlterPartitionReassignments: each partition's outcome, in request order; `target` None
+    /// cancels. The changes of one request are committed together.
+    pub async fn reassign_partitions(&self, reqs: &[(String, i32, Option<Vec<i32>>)], allow_rf_change: bool) -> Result<Vec<Result<(), Refusal>>, Refusal> {
+        let state = self.lead().await?;
+        let mut image = (*self.image()).clone();
+        let mut records = Vec::new();
+        let mut outcomes = Vec::with_capacity(reqs.len());
+        for (topic, partition, target) in reqs {
+            match state.core.reassign(&image, topic, *partition, target.as_deref(), allow_rf_change) {
+                Ok(rs) => {
+                    stage(&mut image, &rs)?;
+                    records.extend(rs);
+                    outcomes.push(Ok(()));
+                }
+                Err(refusal) => outcomes.push(Err(refusal)),
+            }
+        }
+        if !records.is_empty() {
+            self.propose(records).await?;
+        }
+        for ((topic, partition, target), o) in reqs.iter().zip(&outcomes) {
+            tracing::info!(topic = %topic, partition, target = ?target, outcome = ?o.as_ref().map_err(|r| r.code), "AlterPartitionReassignments");
         }
         Ok(outcomes)
     }
@@ -420,6 +441,16 @@ fn bootstrap(image: &MetadataImage, registration: &RegisterController, imported:
         out.push(VersionedRecord { version: 0, record: MetadataRecord::RegisterController(registration.clone()) });
     }
     out
+}
+
+/// Applies records not yet proposed to a scratch copy of the image, so that the later parts of
+/// one request are checked against the earlier ones.
+fn stage(image: &mut MetadataImage, records: &[VersionedRecord]) -> Result<(), Refusal> {
+    for r in records {
+        let offset = image.offset + 1;
+        image.apply(offset, &r.record).map_err(|e| Refusal { code: codes::UNKNOWN_SERVER_ERROR, message: e.to_string() })?;
+    }
+    Ok(())
 }
 
 fn not_controller(leader: Option<i32>) -> Refusal {

@@ -61,6 +61,8 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AllocateProducerIds, 0, 0),
     (ApiKey::AlterPartition, 2, 3),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 fn supported(key: ApiKey, version: i16) -> bool {
@@ -173,6 +175,14 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             ApiKey::AlterPartition => {
                 let req = decode!(AlterPartitionRequest);
                 respond(correlation_id, version, &self.alter_partition(&req, version).await)
+            }
+            ApiKey::AlterPartitionReassignments => {
+                let req = decode!(AlterPartitionReassignmentsRequest);
+                respond(correlation_id, version, &self.alter_partition_reassignments(req).await)
+            }
+            ApiKey::ListPartitionReassignments => {
+                let req = decode!(ListPartitionReassignmentsRequest);
+                respond(correlation_id, version, &self.list_partition_reassignments(&req))
             }
             other => Err(format!("{other:?} is not served on the controller listener")),
         }
@@ -387,6 +397,80 @@ impl<Q: MetadataQuorum + 'static> ControllerApi<Q> {
             }
         }
         ElectLeadersResponse::default().with_replica_election_results(topics)
+    }
+
+    async fn alter_partition_reassignments(&self, req: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse {
+        use kafka_protocol::messages::alter_partition_reassignments_response::{ReassignablePartitionResponse, ReassignableTopicResponse};
+        let asks: Vec<(String, i32, Option<Vec<i32>>)> = req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    (t.name.0.to_string(), p.partition_index, p.replicas.as_ref().map(|r| r.iter().map(|b| b.0).collect()))
+                })
+            })
+            .collect();
+        let outcomes = match self.controller.reassign_partitions(&asks, req.allow_replication_factor_change).await {
+            Ok(o) => o,
+            Err(refusal) => {
+                return AlterPartitionReassignmentsResponse::default()
+                    .with_error_code(refusal.code)
+                    .with_error_message(Some(str_bytes(&refusal.message)))
+            }
+        };
+        let mut topics: Vec<ReassignableTopicResponse> = Vec::new();
+        for ((topic, partition, _), outcome) in asks.iter().zip(outcomes) {
+            let (code, message) = match outcome {
+                Ok(()) => (0, None),
+                Err(r) => (r.code, Some(str_bytes(&r.message))),
+            };
+            let pr = ReassignablePartitionResponse::default().with_partition_index(*partition).with_error_code(code).with_error_message(message);
+            match topics.last_mut().filter(|t| t.name.as_str() == topic) {
+                Some(t) => t.partitions.push(pr),
+                None => topics.push(ReassignableTopicResponse::default().with_name(TopicName(str_bytes(topic))).with_partitions(vec![pr])),
+            }
+        }
+        AlterPartitionReassignmentsResponse::default()
+            .with_allow_replication_factor_change(req.allow_replication_factor_change)
+            .with_error_message(None)
+            .with_responses(topics)
+    }
+
+    /// The reassignments in progress (of the partitions asked for; `None`: all), from the image.
+    fn list_partition_reassignments(&self, req: &ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse {
+        use kafka_protocol::messages::list_partition_reassignments_response::{OngoingPartitionReassignment, OngoingTopicReassignment};
+        let image = self.controller.quorum().image().borrow().clone();
+        let ids = |v: &[i32]| v.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
+        let ongoing = |p: &super::image::PartitionState| !p.adding_replicas.is_empty() || !p.removing_replicas.is_empty();
+        let mut names: Vec<&String> = image.topics.values().map(|t| &t.name).collect();
+        names.sort();
+        let mut topics = Vec::new();
+        for name in names {
+            let asked: Option<&Vec<i32>> = match &req.topics {
+                None => None,
+                Some(ts) => match ts.iter().find(|t| t.name.as_str() == name.as_str()) {
+                    Some(t) => Some(&t.partition_indexes),
+                    None => continue,
+                },
+            };
+            let Some(t) = image.topic(name) else { continue };
+            let partitions: Vec<OngoingPartitionReassignment> = t
+                .partitions
+                .iter()
+                .filter(|(i, p)| ongoing(p) && asked.is_none_or(|a| a.contains(i)))
+                .map(|(i, p)| {
+                    OngoingPartitionReassignment::default()
+                        .with_partition_index(*i)
+                        .with_replicas(ids(&p.replicas))
+                        .with_adding_replicas(ids(&p.adding_replicas))
+                        .with_removing_replicas(ids(&p.removing_replicas))
+                })
+                .collect();
+            if !partitions.is_empty() {
+                topics.push(OngoingTopicReassignment::default().with_name(TopicName(str_bytes(name))).with_partitions(partitions));
+            }
+        }
+        ListPartitionReassignmentsResponse::default().with_error_message(None).with_topics(topics)
     }
 
     async fn alter_partition(&self, req: &AlterPartitionRequest, version: i16) -> AlterPartitionResponse {

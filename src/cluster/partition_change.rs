@@ -19,6 +19,16 @@
 //!
 //! Without ELR (the feature at 0: a metadata log written before it) the ISR never becomes
 //! empty: its last member stays in it, and nothing leads until it is back.
+//!
+//! # Reassignment
+//! A reassignment in progress has its replicas as the target followed by the replicas being
+//! removed, with the adding and removing sets beside them ([`Builder::reassign`]). Every change
+//! finishes it as soon as it can, as Kafka's `completeReassignmentIfNeeded` does: once the ISR,
+//! less the replicas being removed, is not empty and holds every target replica, the replica set
+//! becomes the target, the removed replicas leave the ISR and the ELR, and, if the leader was
+//! one of them, a target replica in the ISR leads. A change that takes replicas out of the
+//! replica set bumps the leader epoch even when the leader stays, so that a removed replica's
+//! fetches are fenced.
 
 use uuid::Uuid;
 
@@ -52,6 +62,9 @@ pub struct Builder<'a> {
     target_elr: Vec<i32>,
     unclean_shutdown: Vec<i32>,
     recovery_state: i8,
+    replicas: Vec<i32>,
+    adding: Vec<i32>,
+    removing: Vec<i32>,
 }
 
 impl<'a> Builder<'a> {
@@ -78,7 +91,34 @@ impl<'a> Builder<'a> {
             target_elr: p.eligible_leader_replicas.clone(),
             unclean_shutdown: Vec::new(),
             recovery_state: p.leader_recovery_state,
+            replicas: p.replicas.clone(),
+            adding: p.adding_replicas.clone(),
+            removing: p.removing_replicas.clone(),
         }
+    }
+
+    /// Starts (or replaces) a reassignment to `target`, as Kafka's `PartitionReassignmentReplicas`
+    /// merges it: the replicas become the target followed by the current replicas not in it.
+    pub fn reassign(mut self, target: &[i32]) -> Self {
+        let current = &self.p.replicas;
+        self.removing = current.iter().copied().filter(|r| !target.contains(r)).collect();
+        self.adding = target.iter().copied().filter(|r| !current.contains(r)).collect();
+        self.replicas = target.iter().copied().chain(self.removing.iter().copied()).collect();
+        self
+    }
+
+    /// Cancels the reassignment in progress, as Kafka's `PartitionReassignmentRevert` does: the
+    /// replicas being added leave the replica set and the ISR (if that would empty the ISR, the
+    /// replicas that stay become it).
+    pub fn revert(mut self) -> Self {
+        let adding = std::mem::take(&mut self.adding);
+        self.removing.clear();
+        self.replicas.retain(|r| !adding.contains(r));
+        self.isr.retain(|r| !adding.contains(r));
+        if self.isr.is_empty() {
+            self.isr = self.replicas.clone();
+        }
+        self
     }
 
     pub fn isr(mut self, isr: Vec<i32>) -> Self {
@@ -103,7 +143,7 @@ impl<'a> Builder<'a> {
     }
 
     fn valid_leader(&self, r: i32) -> bool {
-        r >= 0 && (self.isr.contains(&r) || (self.isr.is_empty() && self.target_elr.contains(&r))) && (self.acceptable)(r)
+        r >= 0 && self.replicas.contains(&r) && (self.isr.contains(&r) || (self.isr.is_empty() && self.target_elr.contains(&r))) && (self.acceptable)(r)
     }
 
     /// The last known leader may lead again: ISR and ELR empty, and it alone in the last known ELR.
@@ -112,14 +152,32 @@ impl<'a> Builder<'a> {
             return None;
         }
         match self.p.last_known_elr[..] {
-            [only] if (self.acceptable)(only) => Some(only),
+            [only] if (self.acceptable)(only) && self.replicas.contains(&only) => Some(only),
             _ => None,
         }
     }
 
+    /// Kafka's `completeReassignmentIfNeeded`: the reassignment in progress ends once every
+    /// target replica is in the ISR (less the replicas being removed, which may not empty it).
+    fn complete_reassignment(&mut self) {
+        if self.adding.is_empty() && self.removing.is_empty() {
+            return;
+        }
+        let isr: Vec<i32> = self.isr.iter().copied().filter(|r| !self.removing.contains(r)).collect();
+        let target: Vec<i32> = self.replicas.iter().copied().filter(|r| !self.removing.contains(r)).collect();
+        if isr.is_empty() || !target.iter().all(|r| isr.contains(r)) {
+            return;
+        }
+        let removing = std::mem::take(&mut self.removing);
+        self.adding.clear();
+        self.replicas = target;
+        self.isr = isr;
+        self.target_elr.retain(|r| !removing.contains(r));
+    }
+
     /// (leader, unclean), or `None` for no leader.
     fn elect(&self) -> Option<(i32, bool)> {
-        let replicas = &self.p.replicas;
+        let replicas = &self.replicas;
         if self.election == Election::Preferred {
             if let Some(&first) = replicas.first().filter(|r| self.valid_leader(**r)) {
                 return Some((first, false));
@@ -152,7 +210,10 @@ impl<'a> Builder<'a> {
         let mut candidates = self.target_elr.clone();
         candidates.extend(self.p.isr.iter().copied());
         let mut elr: Vec<i32> =
-            candidates.into_iter().filter(|r| !self.isr.contains(r) && !self.unclean_shutdown.contains(r)).collect();
+            candidates
+            .into_iter()
+            .filter(|r| self.replicas.contains(r) && !self.isr.contains(r) && !self.unclean_shutdown.contains(r))
+            .collect();
         elr.sort_unstable();
         elr.dedup();
         self.target_elr = elr;
@@ -162,6 +223,7 @@ impl<'a> Builder<'a> {
     pub fn build(mut self) -> Option<PartitionChange> {
         let p = self.p;
         let mut c = PartitionChange::new(self.topic_id, self.index);
+        self.complete_reassignment();
         self.populate_elr();
         let elected = self.elect();
         let new_leader = elected.map_or(-1, |(l, _)| l);
@@ -181,6 +243,10 @@ impl<'a> Builder<'a> {
                 }
             }
             c.leader = new_leader;
+        } else if p.replicas.iter().any(|r| !self.replicas.contains(r)) {
+            // Replicas leave: the same leader in a new epoch fences their fetches (Kafka's
+            // `triggerLeaderEpochBumpForReplicaReassignmentIfNeeded`).
+            c.leader = p.leader;
         }
         // ELR: cleared by an unclean election or when off.
         if unclean || !self.elr {
@@ -204,7 +270,19 @@ impl<'a> Builder<'a> {
         if c.leader_recovery_state == -1 && self.recovery_state != p.leader_recovery_state {
             c.leader_recovery_state = self.recovery_state;
         }
+        if self.replicas != p.replicas {
+            c.replicas = Some(self.replicas.clone());
+        }
+        if self.removing != p.removing_replicas {
+            c.removing_replicas = Some(self.removing.clone());
+        }
+        if self.adding != p.adding_replicas {
+            c.adding_replicas = Some(self.adding.clone());
+        }
         let unchanged = c.isr.is_none()
+            && c.replicas.is_none()
+            && c.removing_replicas.is_none()
+            && c.adding_replicas.is_none()
             && c.leader == -2
             && c.eligible_leader_replicas.is_none()
             && c.last_known_elr.is_none()

@@ -23,8 +23,10 @@ pub enum Kind {
     OneOf(&'static [&'static str]),
     /// A comma-separated list of the given strings.
     ListOf(&'static [&'static str]),
-    /// Free-form string (e.g. throttled replica lists).
+    /// Free-form string.
     Text,
+    /// `*` or `partition:broker` pairs (the throttled replica lists).
+    ThrottledReplicas,
 }
 
 /// One topic config key.
@@ -74,9 +76,9 @@ pub const TOPIC_CONFIGS: &[(&str, TopicConfigDef)] = &[
     ("flush.acks.all", def!(Some("log.flush.acks.all"), "false", Kind::Bool, BOOLEAN)),
     ("flush.messages", def!(Some("log.flush.interval.messages"), LONG_MAX, Kind::Long { min: 1 }, LONG)),
     ("flush.ms", def!(Some("log.flush.interval.ms"), LONG_MAX, Kind::Long { min: 0 }, LONG)),
-    ("follower.replication.throttled.replicas", def!(None, "", Kind::Text, LIST)),
+    ("follower.replication.throttled.replicas", def!(None, "", Kind::ThrottledReplicas, LIST)),
     ("index.interval.bytes", def!(Some("log.index.interval.bytes"), "4096", Kind::Int { min: 0 }, INT)),
-    ("leader.replication.throttled.replicas", def!(None, "", Kind::Text, LIST)),
+    ("leader.replication.throttled.replicas", def!(None, "", Kind::ThrottledReplicas, LIST)),
     ("local.retention.bytes", def!(Some("log.local.retention.bytes"), "-2", Kind::Long { min: -2 }, LONG)),
     ("local.retention.ms", def!(Some("log.local.retention.ms"), "-2", Kind::Long { min: -2 }, LONG)),
     (
@@ -139,15 +141,23 @@ pub fn lookup(key: &str) -> Option<&'static TopicConfigDef> {
     TOPIC_CONFIGS.iter().find(|(k, _)| *k == key).map(|(_, d)| d)
 }
 
+/// Dynamic broker keys that are not topic defaults: the replication throttles (bytes per
+/// second, Kafka's `DynamicReplicationConfig`), set by `kafka-reassign-partitions --throttle`.
+pub const REPLICATION_THROTTLE_KEYS: [&str; 3] =
+    ["leader.replication.throttled.rate", "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second"];
+
 /// Broker keys that can be changed at runtime: the broker-level defaults of topic configs
-/// (Kafka's `DynamicLogConfig` set).
+/// (Kafka's `DynamicLogConfig` set) and the replication throttles.
 pub fn is_dynamic_broker_key(key: &str) -> bool {
-    TOPIC_CONFIGS.iter().any(|(_, d)| d.broker_key == Some(key))
+    TOPIC_CONFIGS.iter().any(|(_, d)| d.broker_key == Some(key)) || REPLICATION_THROTTLE_KEYS.contains(&key)
 }
 
 /// Checks a dynamic broker config's value with the rules of the topic key it sets; the error
 /// names the broker key.
 pub fn validate_broker_value(key: &str, value: &str) -> Result<(), String> {
+    if REPLICATION_THROTTLE_KEYS.contains(&key) {
+        return check_kind(key, value, Kind::Long { min: 0 }).map_err(|e| e.to_string());
+    }
     let topic_key = broker_key_to_topic(key).unwrap_or(key);
     validate(topic_key, value).map_err(|e| e.to_string().replace(&format!("configuration {topic_key}"), &format!("configuration {key}")))
 }
@@ -181,6 +191,7 @@ fn check_kind(key: &str, value: &str, kind: Kind) -> Result<(), ConfigError> {
             !v.is_empty() && v.split(',').map(str::trim).all(|p| opts.iter().any(|o| o.eq_ignore_ascii_case(p)))
         }
         Kind::Text => true,
+        Kind::ThrottledReplicas => crate::replication::throttle::valid_replica_list(v),
     };
     if ok {
         return Ok(());
@@ -194,6 +205,9 @@ fn check_kind(key: &str, value: &str, kind: Kind) -> Result<(), ConfigError> {
         Kind::OneOf(opts) => format!("String must be one of: {}", opts.join(", ")),
         Kind::ListOf(opts) => format!("Value must be a comma-separated list of: {}", opts.join(", ")),
         Kind::Text => String::new(),
+        Kind::ThrottledReplicas => {
+            "Must be the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...".into()
+        }
     };
     Err(invalid(key, value, &expected))
 }

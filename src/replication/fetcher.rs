@@ -1,5 +1,6 @@
 //! A follower's fetches: one task per source broker, fetching every partition this broker
-//! follows from it in one Kafka Fetch (v17: `ReplicaState` with this broker's id and epoch,
+//! follows from it (less those a replication throttle holds back, [`super::throttle`]) in one
+//! Kafka Fetch (v17: `ReplicaState` with this broker's id and epoch,
 //! `CurrentLeaderEpoch`, `LastFetchedEpoch`), appending what comes back byte for byte (the
 //! leader's offsets, epochs and CRCs) and taking the leader's high watermark.
 //!
@@ -31,6 +32,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use super::throttle::Quota;
 use super::Partition;
 use crate::network::client::Connection;
 
@@ -52,6 +54,10 @@ pub struct Followed {
     pub topic_id: Uuid,
     pub partition: Arc<Partition>,
     pub leader_epoch: i32,
+    /// Outside the ISR and named by the topic's `follower.replication.throttled.replicas`: left
+    /// out of fetches while `follower.replication.throttled.rate` is exceeded
+    /// ([`super::throttle`]).
+    pub throttled: bool,
 }
 
 /// What to fetch from one source broker.
@@ -68,12 +74,14 @@ pub struct ReplicaFetchers {
     broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>,
     assignment: watch::Sender<Arc<BTreeMap<i32, Source>>>,
     tasks: Mutex<BTreeMap<i32, tokio::task::JoinHandle<()>>>,
+    /// `follower.replication.throttled.rate`.
+    quota: Arc<Quota>,
 }
 
 impl ReplicaFetchers {
-    pub fn new(node_id: i32, broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>) -> Arc<ReplicaFetchers> {
+    pub fn new(node_id: i32, broker_epoch: Arc<dyn Fn() -> i64 + Send + Sync>, quota: Arc<Quota>) -> Arc<ReplicaFetchers> {
         let (assignment, _) = watch::channel(Arc::new(BTreeMap::new()));
-        Arc::new(ReplicaFetchers { node_id, broker_epoch, assignment, tasks: Mutex::new(BTreeMap::new()) })
+        Arc::new(ReplicaFetchers { node_id, broker_epoch, assignment, tasks: Mutex::new(BTreeMap::new()), quota })
     }
 
     /// Follows these partitions from these leaders from now on: a task starts for each new
@@ -130,7 +138,18 @@ impl ReplicaFetchers {
                 }
             }
             let Some((_, c)) = conn.as_mut() else { continue };
-            let request = self.request(&source.partitions);
+            // Throttled partitions sit out while the follower quota is exceeded.
+            let throttling = source.partitions.iter().any(|f| f.throttled) && self.quota.is_limited();
+            let partitions: Vec<Followed> = if throttling && self.quota.exceeded(now_ms()) {
+                source.partitions.iter().filter(|f| !f.throttled).cloned().collect()
+            } else {
+                source.partitions.clone()
+            };
+            if partitions.is_empty() {
+                tokio::time::sleep(RETRY_BACKOFF).await;
+                continue;
+            }
+            let request = self.request(&partitions);
             let timeout = Duration::from_millis(MAX_WAIT_MS as u64) + Duration::from_secs(10);
             let response = match tokio::time::timeout(timeout, c.send(&request, FETCH_VERSION)).await {
                 Ok(Ok(r)) => r,
@@ -146,7 +165,16 @@ impl ReplicaFetchers {
                     continue;
                 }
             };
-            let partitions = source.partitions.clone();
+            if throttling {
+                let bytes: usize = response
+                    .responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(move |pd| (t.topic_id, pd)))
+                    .filter(|(id, pd)| partitions.iter().any(|f| f.throttled && f.topic_id == *id && f.partition.index == pd.partition_index))
+                    .map(|(_, pd)| pd.records.as_ref().map_or(0, |r| r.len()))
+                    .sum();
+                self.quota.record(bytes as u64, now_ms());
+            }
             let backoff = crate::runtime::off_runtime(move || apply_response(leader, &partitions, response)).await;
             if backoff {
                 tokio::time::sleep(RETRY_BACKOFF).await;

@@ -317,6 +317,11 @@ impl Partition {
         matches!(&*self.role.lock(), Role::Leader(l) if l.followers.contains_key(&replica))
     }
 
+    /// Whether this broker leads and `replica` is in its ISR.
+    pub fn leader_has_in_isr(&self, replica: i32) -> bool {
+        matches!(&*self.role.lock(), Role::Leader(l) if l.isr.contains(&replica))
+    }
+
     pub fn is_leader(&self) -> bool {
         matches!(*self.role.lock(), Role::Leader(_))
     }
