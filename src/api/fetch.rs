@@ -1,6 +1,14 @@
 //! Fetch: whole record batches from each partition's log up to the high watermark, with long
 //! polling and incremental fetch sessions.
 //!
+//! Fetch from follower (KIP-392): a consumer's fetch (v11+) of a partition this broker holds a
+//! replica of but does not lead is served from the local copy, up to its own high watermark
+//! (which follows the leader's, so nothing uncommitted is read; an offset past its log end is
+//! OFFSET_OUT_OF_RANGE, on which clients go back to the leader). With
+//! `replica.selector.class` set to Kafka's rack-aware selector, a leader answers a consumer
+//! whose rack has an in-sync follower but not the leader with that follower as its preferred
+//! read replica, at once and without records.
+//!
 //! Long poll: if the first pass gathers fewer than `min_bytes`, the request waits on the
 //! partitions' append notifications (registered before the re-read, so none is missed) until
 //! enough data arrived or `max_wait_ms` passed. No timer loop polls the logs.
@@ -43,6 +51,9 @@ struct Wanted {
     /// A follower outside the ISR fetching a partition under `leader.replication.throttled.*`:
     /// answered without records while the leader's replication quota is exceeded.
     throttled: bool,
+    /// KIP-392: the follower this consumer should read from instead (answered at once, without
+    /// records).
+    preferred: Option<i32>,
 }
 
 struct Outcome {
@@ -137,7 +148,7 @@ fn read_all(wanted: &[Wanted], max_bytes: usize, replica: bool, withhold: bool) 
     let mut have_data = false;
     for w in wanted {
         let budget = max_bytes.saturating_sub(total);
-        let o = if (budget == 0 && have_data) || (withhold && w.throttled) {
+        let o = if (budget == 0 && have_data) || (withhold && w.throttled) || w.preferred.is_some() {
             // Out of budget: report offsets without data.
             match &w.partition {
                 Ok(p) => Outcome {
@@ -225,6 +236,12 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
         SessionPlan::Incremental { session_id, partitions } => (session_id, true, partitions),
     };
 
+    // A follower's fetch names its replica id; a consumer's (v11+, which carries its rack) may
+    // be served by a follower replica (KIP-392).
+    let replica = if ctx.api_version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
+    let replica_epoch = if ctx.api_version >= 15 { req.replica_state.replica_epoch } else { -1 };
+    let is_replica = replica >= 0;
+    let from_follower = !is_replica && ctx.api_version >= 11;
     let mut wanted: Vec<Wanted> = targets
         .into_iter()
         .map(|(key, sp)| {
@@ -234,6 +251,10 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             let partition = match (&topic, not_leader) {
                 // In a cluster, only the leader serves a partition's records.
                 (_, Some(nl)) if nl.unknown() => Err(ResponseError::UnknownTopicOrPartition),
+                // A replica serves consumers from its own copy, up to its high watermark.
+                (Some(t), Some(_)) if from_follower && broker.is_replica(&key.0, key.1) => {
+                    t.partition(key.1).cloned().ok_or(ResponseError::NotLeaderOrFollower)
+                }
                 (_, Some(_)) => Err(ResponseError::NotLeaderOrFollower),
                 (Some(t), None) => t.partition(key.1).cloned().ok_or(ResponseError::UnknownTopicOrPartition),
                 (None, None) if uses_ids => Err(ResponseError::UnknownTopicId),
@@ -250,6 +271,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                 leader_hint,
                 last_sent: incremental.then_some((sp.last_high_watermark, sp.last_log_start_offset)),
                 throttled: false,
+                preferred: None,
             }
         })
         .collect();
@@ -262,9 +284,6 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     // (empty: sluice has no transactions yet).
     let aborted = (req.isolation_level == 1).then(Vec::new);
     // A follower's fetch says how far it has come: the high watermark may move before we read.
-    let replica = if ctx.api_version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
-    let replica_epoch = if ctx.api_version >= 15 { req.replica_state.replica_epoch } else { -1 };
-    let is_replica = replica >= 0;
     if is_replica {
         let now = broker.now_ms();
         for w in wanted.iter_mut() {
@@ -298,10 +317,22 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
         }
     }
     let throttling = throttling && wanted.iter().any(|w| w.throttled);
+    // KIP-392: with the rack-aware selector, a leader sends a consumer in another rack to an
+    // in-sync follower in its own.
+    if from_follower && broker.config.replica_selector_rack_aware && !req.rack_id.is_empty() {
+        let now = broker.now_ms();
+        let rack_of = |b: i32| broker.broker_info(b, &ctx.listener).and_then(|i| i.rack);
+        for w in wanted.iter_mut() {
+            if let Ok(p) = &w.partition {
+                w.preferred = p.preferred_read_replica(w.fetch_offset, now, req.rack_id.as_str(), rack_of);
+            }
+        }
+    }
+    let redirected = wanted.iter().any(|w| w.preferred.is_some());
     let withhold = || throttling && broker.leader_quota.exceeded(broker.now_ms());
     let (mut outcomes, mut total) = read_all(&wanted, max_bytes, is_replica, withhold());
     let any_error = outcomes.iter().any(|o| code(o.error) != 0);
-    while total < min_bytes && !any_error && !wanted.is_empty() && tokio::time::Instant::now() < deadline {
+    while total < min_bytes && !any_error && !redirected && !wanted.is_empty() && tokio::time::Instant::now() < deadline {
         let parts: Vec<&Arc<Partition>> = wanted.iter().filter_map(|w| w.partition.as_ref().ok()).collect();
         let mut waits: Vec<_> = parts.iter().map(|p| Box::pin(p.appended.notified())).collect();
         for w in waits.iter_mut() {
@@ -348,7 +379,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             last_stable_offset: o.high_watermark,
             log_start_offset: o.log_start_offset,
             aborted_transactions: aborted.clone(),
-            preferred_read_replica: -1,
+            preferred_read_replica: w.preferred.unwrap_or(-1),
             records: o.records.map(|r| r.slice),
             current_leader: w.leader_hint.filter(|_| code(o.error) == ResponseError::NotLeaderOrFollower.code()),
             diverging_epoch: o.diverging_epoch,

@@ -510,6 +510,11 @@ impl Broker {
         }
     }
 
+    /// Whether the image lists this broker as a replica of `topic`-`partition`.
+    pub fn is_replica(&self, topic: &str, partition: i32) -> bool {
+        self.cluster().and_then(|view| view.partition(topic, partition)).is_some_and(|p| p.replicas.contains(&self.node_id))
+    }
+
     /// A topic's config overrides: the image's in a cluster, else the local topic's; None when
     /// the topic does not exist.
     pub fn topic_overrides(&self, name: &str) -> Option<BTreeMap<String, String>> {

@@ -138,6 +138,10 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     /// `replica.lag.time.max.ms`: a follower not caught up for this long leaves the ISR.
     pub replica_lag_time_max_ms: i64,
+    /// `replica.selector.class` is Kafka's `RackAwareReplicaSelector` (KIP-392): a leader names
+    /// a follower in the consumer's rack as its preferred read replica. Unset: consumers read
+    /// from leaders (a follower still serves a consumer that comes to it).
+    pub replica_selector_rack_aware: bool,
     /// `auto.leader.rebalance.enable`: the active controller gives partitions back to their
     /// preferred leaders every `leader.imbalance.check.interval.seconds` where a broker's share
     /// of partitions it prefers but does not lead is over `leader.imbalance.per.broker.percentage`.
@@ -213,6 +217,7 @@ const BROKER_KEYS: &[(&str, &str)] = &[
     ("broker.session.timeout.ms", "9000"),
     ("broker.heartbeat.interval.ms", "2000"),
     ("replica.lag.time.max.ms", "30000"),
+    ("replica.selector.class", ""),
     ("auto.leader.rebalance.enable", "true"),
     ("leader.imbalance.check.interval.seconds", "300"),
     ("leader.imbalance.per.broker.percentage", "10"),
@@ -249,6 +254,9 @@ const READ_ELSEWHERE_KEYS: &[&str] = &[
     // Read by the log cleaner task.
     "log.cleaner.enable",
     "log.cleaner.backoff.ms",
+    // Sent in the broker's registration; Metadata, DescribeCluster and the rack-aware replica
+    // selector read it from the image.
+    "broker.rack",
 ];
 
 /// Keys from Kafka's broker config that sluice accepts without acting on them: tuning with no
@@ -428,6 +436,7 @@ impl BrokerConfig {
             )?,
             broker_session_timeout_ms: parse_int("broker.session.timeout.ms", &get("broker.session.timeout.ms"), 1, i32::MAX as i64)?,
             replica_lag_time_max_ms: parse_int("replica.lag.time.max.ms", &get("replica.lag.time.max.ms"), 1, i64::MAX)?,
+            replica_selector_rack_aware: parse_replica_selector(&get("replica.selector.class"))?,
             auto_leader_rebalance_enable: parse_bool("auto.leader.rebalance.enable", &get("auto.leader.rebalance.enable"))?,
             leader_imbalance_check_interval_seconds: parse_int(
                 "leader.imbalance.check.interval.seconds",
@@ -512,6 +521,23 @@ pub fn ignored_keys<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<String> {
     out.extend(keys.iter().filter(|k| IGNORED_KAFKA_KEYS.contains(k)).map(|k| k.to_string()));
     out.sort();
     out
+}
+
+/// Kafka's rack-aware replica selector, the one `replica.selector.class` sluice implements.
+pub const RACK_AWARE_REPLICA_SELECTOR: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+
+/// `replica.selector.class`: unset (leaders serve consumers) or Kafka's rack-aware selector; a
+/// custom class cannot be loaded into sluice, so it is refused rather than ignored.
+fn parse_replica_selector(value: &str) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "" => Ok(false),
+        RACK_AWARE_REPLICA_SELECTOR => Ok(true),
+        other => Err(invalid(
+            "replica.selector.class",
+            other,
+            &format!("{RACK_AWARE_REPLICA_SELECTOR}, or unset (custom selector classes are not supported)"),
+        )),
+    }
 }
 
 pub(crate) fn invalid(key: &str, value: &str, expected: &str) -> ConfigError {
@@ -612,6 +638,14 @@ mod tests {
         assert_eq!(c.producer_id_expiration_ms, 86_400_000);
         assert!(c.io_direct);
         assert!(c.io_direct_reads);
+    }
+
+    #[test]
+    fn only_kafkas_rack_aware_replica_selector_is_accepted() {
+        assert!(!load(&[]).unwrap().config.replica_selector_rack_aware);
+        assert!(load(&[("replica.selector.class", RACK_AWARE_REPLICA_SELECTOR)]).unwrap().config.replica_selector_rack_aware);
+        let err = load(&[("replica.selector.class", "com.example.Nearest")]).err().unwrap().to_string();
+        assert!(err.contains("replica.selector.class") && err.contains("com.example.Nearest"), "{err}");
     }
 
     #[test]

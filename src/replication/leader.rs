@@ -207,6 +207,41 @@ impl LeaderState {
     pub fn set_pending(&mut self, change: &IsrChange) {
         self.pending = Some(change.isr.iter().map(|(r, _)| *r).collect());
     }
+
+    /// The followers a consumer fetching from `fetch_offset` may be sent to (KIP-392, Kafka's
+    /// `findPreferredReadReplica`): ISR members whose log end offset has reached it.
+    pub fn read_replicas(&self, fetch_offset: i64, now_ms: i64) -> Vec<ReadReplica> {
+        self.followers
+            .iter()
+            .filter(|(r, f)| self.isr.contains(r) && f.log_end_offset >= fetch_offset)
+            .map(|(r, f)| ReadReplica { id: *r, log_end_offset: f.log_end_offset, since_caught_up_ms: (now_ms - f.last_caught_up_ms).max(0) })
+            .collect()
+    }
+}
+
+/// A follower a consumer may read from, as the leader knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadReplica {
+    pub id: i32,
+    pub log_end_offset: i64,
+    pub since_caught_up_ms: i64,
+}
+
+/// Kafka's `RackAwareReplicaSelector`: with a client rack, the leader if it is in that rack or
+/// no replica is; else the replica in that rack with the largest log end offset (then the most
+/// recently caught up, then the lowest id). Returns the follower to name as the preferred read
+/// replica, or `None` for the leader. `rack_of` gives a broker's `broker.rack`.
+pub fn rack_aware_read_replica(client_rack: &str, leader: i32, followers: &[ReadReplica], rack_of: impl Fn(i32) -> Option<String>) -> Option<i32> {
+    if client_rack.is_empty() || rack_of(leader).as_deref() == Some(client_rack) {
+        return None;
+    }
+    followers
+        .iter()
+        .filter(|f| rack_of(f.id).as_deref() == Some(client_rack))
+        .max_by(|a, b| {
+            a.log_end_offset.cmp(&b.log_end_offset).then(b.since_caught_up_ms.cmp(&a.since_caught_up_ms)).then(b.id.cmp(&a.id))
+        })
+        .map(|f| f.id)
 }
 
 #[cfg(test)]
@@ -417,5 +452,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_consumer_is_sent_to_the_most_caught_up_in_sync_follower_in_its_rack_unless_the_leader_is_there() {
+        let mut l = LeaderState::new(1, 3, 0, vec![1, 2, 3, 4], vec![1, 2, 3], 100, 0);
+        l.on_fetch(2, 7, 100, 100, 1000);
+        l.on_fetch(3, 7, 90, 100, 1000);
+        l.on_fetch(4, 7, 100, 100, 1000);
+        let rack = |b: i32| Some(match b { 1 => "a", 2..=4 => "b", _ => "c" }.to_string());
+        // Only ISR members that have the fetch offset: 4 is outside the ISR, 3 is behind 95.
+        let candidates = l.read_replicas(95, 1000);
+        assert_eq!(candidates.iter().map(|r| r.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(rack_aware_read_replica("b", 1, &candidates, rack), Some(2));
+        // Both have offset 50: the one with more of the log.
+        assert_eq!(rack_aware_read_replica("b", 1, &l.read_replicas(50, 1000), rack), Some(2));
+        // The leader's own rack, no rack, or a rack without replicas: the leader.
+        assert_eq!(rack_aware_read_replica("a", 1, &candidates, rack), None);
+        assert_eq!(rack_aware_read_replica("", 1, &candidates, rack), None);
+        assert_eq!(rack_aware_read_replica("c", 1, &candidates, rack), None);
     }
 }

@@ -317,6 +317,17 @@ impl Partition {
         matches!(&*self.role.lock(), Role::Leader(l) if l.followers.contains_key(&replica))
     }
 
+    /// KIP-392: the follower a consumer in `client_rack` fetching from `fetch_offset` should
+    /// read from instead (Kafka's rack-aware selector over the ISR members that have the
+    /// offset); `None` when it should stay on this leader, or this broker does not lead.
+    pub fn preferred_read_replica(&self, fetch_offset: i64, now_ms: i64, client_rack: &str, rack_of: impl Fn(i32) -> Option<String>) -> Option<i32> {
+        let (me, candidates) = match &*self.role.lock() {
+            Role::Leader(l) => (l.me, l.read_replicas(fetch_offset, now_ms)),
+            Role::Follower { .. } => return None,
+        };
+        super::leader::rack_aware_read_replica(client_rack, me, &candidates, rack_of)
+    }
+
     /// Whether this broker leads and `replica` is in its ISR.
     pub fn leader_has_in_isr(&self, replica: i32) -> bool {
         matches!(&*self.role.lock(), Role::Leader(l) if l.isr.contains(&replica))
@@ -413,7 +424,11 @@ impl Partition {
         let leo = st.log.log_end_offset();
         drop(st);
         if leader_high_watermark >= 0 {
-            self.high_watermark.fetch_max(leader_high_watermark.min(leo), Ordering::AcqRel);
+            let hw = leader_high_watermark.min(leo);
+            // Consumers reading from this follower (KIP-392) wait on the high watermark.
+            if self.high_watermark.fetch_max(hw, Ordering::AcqRel) < hw {
+                self.appended.notify_waiters();
+            }
         }
         Ok(leo)
     }

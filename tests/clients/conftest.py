@@ -230,6 +230,12 @@ class Broker:
         self._ref("start", *extra)
 
 
+def per_node(value, node):
+    """A cluster override's value for one node: `{node}` in it becomes the node id (e.g.
+    `broker.rack=rack-{node}`)."""
+    return str(value).replace("{node}", str(node))
+
+
 class KafkaCluster:
     """A real Apache Kafka KRaft cluster of n combined nodes (node ids 1..n, every node a voter),
     each a kafka-ref.sh instance with its own data dir and ports on 127.0.0.1 — or, given
@@ -277,7 +283,7 @@ class KafkaCluster:
             extra = ["--node-id", str(i), "--voters", self.voters, "--cluster-id", self.cluster_id,
                      "--controller-port", str(self.controller_ports[i]), "--no-wait"]
             for k, v in self.overrides.items():
-                extra += ["--override", "%s=%s" % (k, v)]
+                extra += ["--override", "%s=%s" % (k, per_node(v, i))]
             self._ref("start", i, *extra)
         for i in nodes:
             self._ref("wait", i)
@@ -417,7 +423,7 @@ metrics.listener={host}:{health_port}
         text = self.PROPERTIES.format(node=node, voters=self.voters, port=self.ports[node], host=self.hosts[node],
                                       controller_port=self.controller_ports[node],
                                       data=self.workdir / ("node%d" % node), health_port=self.health_ports[node])
-        text += "".join("%s=%s\n" % kv for kv in self.overrides.items())
+        text += "".join("%s=%s\n" % (k, per_node(v, node)) for k, v in self.overrides.items())
         path.write_text(text)
         return path
 
