@@ -63,8 +63,8 @@ sim:
 
 ## Client compatibility matrix (Java, Kafka's tools, kcat, confluent-kafka, franz-go, kafkajs,
 ## kafka-python): `make compat` against sluice, `make compat TARGET=kafka` against Apache Kafka,
-## NODES=3 against a three-node cluster of either, `make compat-matrix` runs both single nodes and
-## regenerates compat/MATRIX.md.
+## NODES=3 against a three-node cluster of either (with a leader kill per client), `make
+## compat-matrix` runs all four and regenerates compat/MATRIX.md.
 TARGET ?= sluice
 NODES ?= 1
 compat: $(if $(filter sluice,$(TARGET)),release)
@@ -73,6 +73,8 @@ compat: $(if $(filter sluice,$(TARGET)),release)
 compat-matrix: release
 	compat/run.sh --target kafka --write-matrix
 	compat/run.sh --target sluice --write-matrix
+	compat/run.sh --target kafka --nodes 3 --write-matrix
+	compat/run.sh --target sluice --nodes 3 --write-matrix
 
 ## Short fuzzing runs of the request, record-batch and metadata-record decoders (needs cargo-fuzz).
 FUZZ_SECONDS ?= 30

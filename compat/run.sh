@@ -13,17 +13,23 @@
 #   --clients      subset of: java kafka-tools kcat confluent-python franz-go kafkajs kafka-python
 #   --timeout      per-scenario timeout (default 120 s)
 #   -j             clients run concurrently (default 3)
-#   --write-matrix save results to compat/results/<target>.tsv and regenerate compat/MATRIX.md
+#   --write-matrix save results to compat/results/<target>.tsv (a cluster's to <target>-cluster.tsv)
+#                  and regenerate compat/MATRIX.md
 #
 # Exit status: 0 when every scenario did what was expected (pass, or fail where listed in
 # expected-failures.txt); 1 on any unexpected result in either direction.
+#
+# On a cluster the runner exports COMPAT_NODE_CTL, a script the `leader-failover` scenarios call
+# as `$COMPAT_NODE_CTL kill9 NODE` (kill -9 that broker) and `$COMPAT_NODE_CTL start NODE`
+# (start it again and wait until it serves). Those scenarios run after all the others, one
+# client at a time, with --failover-timeout each (default 300 s); on a single node they SKIP.
 # Client dependencies are installed into .cache/ on first use.
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CACHE="${SLUICE_CACHE:-$ROOT/.cache}"
 C="$CACHE/compat"
-TARGET=sluice BOOTSTRAP="" LOGDIR="" TIMEOUT=120 JOBS=3 WRITE=0 NODES=1
+TARGET=sluice BOOTSTRAP="" LOGDIR="" TIMEOUT=120 FAILOVER_TIMEOUT=300 JOBS=3 WRITE=0 NODES=1
 CLIENTS="java kafka-tools kcat confluent-python franz-go kafkajs kafka-python"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -33,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --log-dir) LOGDIR="$2"; shift 2 ;;
     --clients) CLIENTS="${2//,/ }"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
+    --failover-timeout) FAILOVER_TIMEOUT="$2"; shift 2 ;;
     -j) JOBS="$2"; shift 2 ;;
     --write-matrix) WRITE=1; shift ;;
     -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -40,7 +47,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ "$TARGET" == sluice || "$TARGET" == kafka ]] || { echo "run.sh: --target must be sluice or kafka" >&2; exit 2; }
-(( WRITE == 0 || NODES == 1 )) || { echo "run.sh: --write-matrix records single-node runs only" >&2; exit 2; }
+(( WRITE == 0 || NODES == 1 || NODES == 3 )) || { echo "run.sh: --write-matrix records single-node and three-node runs only" >&2; exit 2; }
 mkdir -p "$C"
 say() { echo "compat: $*" >&2; }
 START=$SECONDS
@@ -136,6 +143,8 @@ cleanup() {
   for i in $(seq 1 "$KREF_NODES"); do
     "$ROOT/compat/kafka/kafka-ref.sh" kill9 --dir "$TMP/kafka$i/data" --state-dir "$TMP/kafka$i/state" >/dev/null 2>&1
   done
+  # Nodes the failover scenarios started again run outside dev-cluster.
+  pkill -9 -f -- "serve .*log.dirs=$TMP/data/node" 2>/dev/null
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -182,6 +191,31 @@ PY
       done
     done
     LOGDIR="$(seq -f "$TMP/data/node%g" -s: 1 "$NODES")"
+    # kill9 saves the node's command line; start runs it again, outside dev-cluster.
+    cat >"$TMP/node-ctl" <<CTL
+#!/usr/bin/env bash
+set -euo pipefail
+node="\$2" log="$TMP/data/node\$2.log"
+case "\$1" in
+  kill9)
+    pid="\$(pgrep -f -- "serve .*log.dirs=$TMP/data/node\$node( |\$)" | head -1)"
+    [[ -n "\$pid" ]] || { echo "node \$node is not running" >&2; exit 1; }
+    cp "/proc/\$pid/cmdline" "$TMP/node\$node.cmdline"
+    kill -9 "\$pid" ;;
+  start)
+    before="\$(grep -c "this broker is unfenced" "\$log" || true)"
+    mapfile -d '' args <"$TMP/node\$node.cmdline"
+    setsid "\${args[@]}" >>"\$log" 2>&1 </dev/null &
+    for _ in \$(seq 1 600); do
+      (( \$(grep -c "this broker is unfenced" "\$log" || true) > before )) && exit 0
+      sleep 0.1
+    done
+    echo "node \$node did not come back within 60 s" >&2; exit 1 ;;
+  *) echo "usage: node-ctl kill9|start NODE" >&2; exit 2 ;;
+esac
+CTL
+    chmod +x "$TMP/node-ctl"
+    export COMPAT_NODE_CTL="$TMP/node-ctl"
     say "started a $NODES-node sluice cluster ($BIN) at $BOOTSTRAP"
   elif [[ "$TARGET" == sluice ]]; then
     BIN="${SLUICE_BIN:-$ROOT/target/release/sluice}"
@@ -219,6 +253,23 @@ PY
     done
     BOOTSTRAP="$(for p in "${PORTS[@]}"; do printf '127.0.0.1:%s,' "$p"; done)"; BOOTSTRAP="${BOOTSTRAP%,}"
     LOGDIR="$(seq -f "$TMP/kafka%g/data" -s: 1 "$NODES")"
+    cat >"$TMP/node-ctl" <<CTL
+#!/usr/bin/env bash
+set -euo pipefail
+ports=(${PORTS[*]}) cports=(${CPORTS[*]})
+n="\$2" ref=("$ROOT/compat/kafka/kafka-ref.sh")
+dirs=(--dir "$TMP/kafka\$n/data" --state-dir "$TMP/kafka\$n/state" --port "\${ports[\$((n - 1))]}")
+case "\$1" in
+  kill9) "\${ref[@]}" kill9 "\${dirs[@]}" >&2 ;;
+  start)
+    "\${ref[@]}" start "\${dirs[@]}" --controller-port "\${cports[\$((n - 1))]}" --node-id "\$n" \\
+      --voters "$VOTERS" --cluster-id "$CID" --no-wait >&2
+    "\${ref[@]}" wait "\${dirs[@]}" >&2 ;;
+  *) echo "usage: node-ctl kill9|start NODE" >&2; exit 2 ;;
+esac
+CTL
+    chmod +x "$TMP/node-ctl"
+    export COMPAT_NODE_CTL="$TMP/node-ctl"
   else
     PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
     KREF_DIR="$TMP/kafka-data"
@@ -243,16 +294,30 @@ run_client() { # client -> $RES/<client>.tsv  (client \t scenario \t PASS|FAIL|S
   read -r -a cmd <<<"$(client_cmd "$cl")"
   names="$("${cmd[@]}" list 2>/dev/null)" || { printf '%s\t*\tFAIL\tcannot list scenarios\t0\n' "$cl" >>"$out"; return; }
   for sc in $names; do
-    local t0=$SECONDS line status detail
-    line="$(timeout -k 5 "$TIMEOUT" "${cmd[@]}" "$BOOTSTRAP" "$sc" 2>"$RES/$cl.$sc.err" | grep -m1 "^SCENARIO $cl $sc ")"
-    local rc=$?
-    if [[ -n "$line" ]]; then
-      status="$(cut -d' ' -f4 <<<"$line")"; detail="$(cut -d' ' -f5- <<<"$line")"
-    else
-      status=FAIL; detail="no result (timeout ${TIMEOUT}s or crash): $(tail -n1 "$RES/$cl.$sc.err" | cut -c1-200)"
-    fi
-    printf '%s\t%s\t%s\t%s\t%s\n' "$cl" "$sc" "$status" "${detail//$'\t'/ }" "$((SECONDS - t0))" >>"$out"
-    printf '  %-16s %-24s %-4s %3ss  %s\n' "$cl" "$sc" "$status" "$((SECONDS - t0))" "${detail:0:150}" >&2
+    # Scenarios that kill brokers run later, alone (run_failover).
+    [[ "$sc" == leader-failover ]] && { echo "$cl" >>"$RES/failover-clients"; continue; }
+    run_scenario "$cl" "$sc" "$TIMEOUT" "${cmd[@]}"
+  done
+}
+run_scenario() { # client scenario timeout cmd... -> a line in $RES/<client>.tsv
+  local cl="$1" sc="$2" limit="$3"; shift 3
+  local cmd=("$@") out="$RES/$cl.tsv"
+  local t0=$SECONDS line status detail
+  line="$(timeout -k 5 "$limit" "${cmd[@]}" "$BOOTSTRAP" "$sc" 2>"$RES/$cl.$sc.err" | grep -m1 "^SCENARIO $cl $sc ")"
+  if [[ -n "$line" ]]; then
+    status="$(cut -d' ' -f4 <<<"$line")"; detail="$(cut -d' ' -f5- <<<"$line")"
+  else
+    status=FAIL; detail="no result (timeout ${limit}s or crash): $(tail -n1 "$RES/$cl.$sc.err" | cut -c1-200)"
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\n' "$cl" "$sc" "$status" "${detail//$'\t'/ }" "$((SECONDS - t0))" >>"$out"
+  printf '  %-16s %-24s %-4s %3ss  %s\n' "$cl" "$sc" "$status" "$((SECONDS - t0))" "${detail:0:150}" >&2
+}
+run_failover() { # every client's leader-failover scenario, one at a time, in client order
+  [[ -f "$RES/failover-clients" ]] || return 0
+  for cl in $CLIENTS; do
+    grep -qx "$cl" "$RES/failover-clients" || continue
+    read -r -a cmd <<<"$(client_cmd "$cl")"
+    run_scenario "$cl" leader-failover "$FAILOVER_TIMEOUT" "${cmd[@]}"
   done
 }
 
@@ -272,10 +337,12 @@ for cl in $CLIENTS; do
   PIDS+=($!)
 done
 for p in "${PIDS[@]}"; do wait "$p"; done
+run_failover
 cat "$RES"/*.tsv >"$TMP/all.tsv" 2>/dev/null
 WALL=$((SECONDS - START))
 MARGS=(--target "$TARGET" --results "$TMP/all.tsv" --expected "$HERE/expected-failures.txt" --wall "$WALL" --err-dir "$RES")
-(( WRITE )) && MARGS+=(--write "$HERE/results/$TARGET.tsv" --matrix "$HERE/MATRIX.md")
+SUFFIX=""; (( NODES > 1 )) && SUFFIX="-cluster"
+(( WRITE )) && MARGS+=(--write "$HERE/results/$TARGET$SUFFIX.tsv" --matrix "$HERE/MATRIX.md")
 python3 "$HERE/matrix.py" "${MARGS[@]}" | tee "$TMP/matrix.out"
 rc=${PIPESTATUS[0]}
 if (( rc != 0 )); then

@@ -3,7 +3,7 @@
 //	compat-go list
 //	compat-go BOOTSTRAP [SCENARIO...]   (BOOTSTRAP: host:port[,host:port...])
 //
-// Prints one line per scenario: SCENARIO franz-go NAME PASS|FAIL detail
+// Prints one line per scenario: SCENARIO franz-go NAME PASS|FAIL|SKIP detail
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,16 +32,26 @@ var (
 )
 
 type scenario struct {
-	name string
-	fn   func(ctx context.Context) (string, error)
+	name    string
+	fn      func(ctx context.Context) (string, error)
+	timeout time.Duration
 }
 
+const defaultTimeout = 40 * time.Second
+
 var scenarios = []scenario{
-	{"produce-consume", produceConsume},
-	{"compression", compression},
-	{"consumer-group", consumerGroup},
-	{"admin", admin},
+	{"produce-consume", produceConsume, defaultTimeout},
+	{"compression", compression, defaultTimeout},
+	{"consumer-group", consumerGroup, defaultTimeout},
+	{"admin", admin, defaultTimeout},
+	// compat/run.sh runs this one last, alone, with a longer limit (it kills a broker)
+	{"leader-failover", leaderFailover, 240 * time.Second},
 }
+
+// skipError is returned by a scenario that cannot run here; it prints SKIP and is not a failure.
+type skipError struct{ reason string }
+
+func (e skipError) Error() string { return e.reason }
 
 func main() {
 	if len(os.Args) < 2 {
@@ -60,10 +71,13 @@ func main() {
 		if len(want) > 0 && !contains(want, s.name) {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		detail, err := s.fn(ctx)
 		cancel()
-		if err != nil {
+		var skip skipError
+		if errors.As(err, &skip) {
+			fmt.Printf("SCENARIO %s %s SKIP %s\n", client, s.name, skip.reason)
+		} else if err != nil {
 			failed++
 			fmt.Printf("SCENARIO %s %s FAIL %s\n", client, s.name, strings.ReplaceAll(err.Error(), "\n", " "))
 		} else {
@@ -92,7 +106,11 @@ func newClient(opts ...kgo.Opt) (*kgo.Client, error) {
 }
 
 func createTopic(ctx context.Context, adm *kadm.Client, name string, partitions int32, configs map[string]*string) error {
-	resp, err := adm.CreateTopics(ctx, partitions, 1, configs, name)
+	return createTopicRF(ctx, adm, name, partitions, 1, configs)
+}
+
+func createTopicRF(ctx context.Context, adm *kadm.Client, name string, partitions int32, rf int16, configs map[string]*string) error {
+	resp, err := adm.CreateTopics(ctx, partitions, rf, configs, name)
 	if err != nil {
 		return fmt.Errorf("CreateTopics: %w", err)
 	}
@@ -543,4 +561,153 @@ func cfgValue(rc kadm.ResourceConfig, key string) string {
 		}
 	}
 	return "<missing>"
+}
+
+// nodeCtl runs `$COMPAT_NODE_CTL action node` (kill9 or start) and fails on a non-zero exit.
+func nodeCtl(ctx context.Context, ctl, action string, node int32) error {
+	out, err := exec.CommandContext(ctx, ctl, action, strconv.Itoa(int(node))).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("node-ctl %s %d: %w: %s", action, node, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// partition0 returns partition 0 of topic t as the cluster's metadata describes it now.
+func partition0(ctx context.Context, adm *kadm.Client, t string) (kadm.PartitionDetail, error) {
+	td, err := adm.ListTopics(ctx, t)
+	if err != nil {
+		return kadm.PartitionDetail{}, fmt.Errorf("ListTopics: %w", err)
+	}
+	if !td.Has(t) || td[t].Err != nil {
+		return kadm.PartitionDetail{}, fmt.Errorf("ListTopics %s: %v", t, td[t].Err)
+	}
+	p, ok := td[t].Partitions[0]
+	if !ok {
+		return kadm.PartitionDetail{}, fmt.Errorf("ListTopics %s: no partition 0", t)
+	}
+	return p, nil
+}
+
+// produceAt sends recs one at a time to partition 0 and checks they are acked at offsets first, first+1, ...
+func produceAt(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, first int64) error {
+	for i, r := range recs {
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			return fmt.Errorf("produce %s: %w", r.Key, err)
+		}
+		if r.Partition != 0 || r.Offset != first+int64(i) {
+			return fmt.Errorf("%s acked at %d@%d, expected 0@%d", r.Key, r.Partition, r.Offset, first+int64(i))
+		}
+	}
+	return nil
+}
+
+// leaderFailover kill -9s the leader of a replicated partition between two batches of acks=all
+// produces; the producer must ride through the election, and every acked record must be readable.
+func leaderFailover(ctx context.Context) (detail string, err error) {
+	ctl := os.Getenv("COMPAT_NODE_CTL")
+	if ctl == "" {
+		return "", skipError{"needs a cluster (compat/run.sh --nodes 3)"}
+	}
+	t := topicName("failover")
+	// idempotent and acks=all are franz-go's defaults; the record timeout covers the election
+	cl, err := newClient(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordDeliveryTimeout(150*time.Second))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	minISR := "2"
+	if err := createTopicRF(ctx, adm, t, 1, 3, map[string]*string{"min.insync.replicas": &minISR}); err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, err := partition0(ctx, adm, t)
+		if err == nil && p.Err == nil && p.Leader >= 0 && len(p.ISR) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("partition 0 not fully replicated after 30 s: %+v (err=%v)", p, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	mk := func(prefix string, n int) []*kgo.Record {
+		var recs []*kgo.Record
+		for i := 0; i < n; i++ {
+			k := prefix + "-" + strconv.Itoa(i)
+			recs = append(recs, &kgo.Record{Topic: t, Partition: 0, Key: []byte(k), Value: []byte("value-" + k)})
+		}
+		return recs
+	}
+	before, after := mk("before", 20), mk("after", 20)
+	if err := produceAt(ctx, cl, before, 0); err != nil {
+		return "", fmt.Errorf("before failover: %w", err)
+	}
+
+	p, err := partition0(ctx, adm, t)
+	if err != nil {
+		return "", err
+	}
+	if p.Err != nil || p.Leader < 0 {
+		return "", fmt.Errorf("partition 0 has no leader before the kill: %+v", p)
+	}
+	killed := p.Leader
+	if err := nodeCtl(ctx, ctl, "kill9", killed); err != nil {
+		return "", err
+	}
+	defer func() {
+		// always bring the broker back, even when the scenario failed or timed out
+		sctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		if serr := nodeCtl(sctx, ctl, "start", killed); serr != nil {
+			if err == nil {
+				err = serr
+			} else {
+				err = fmt.Errorf("%w; %v", err, serr)
+			}
+		}
+	}()
+
+	if err := produceAt(ctx, cl, after, 20); err != nil {
+		return "", fmt.Errorf("after killing leader %d: %w", killed, err)
+	}
+
+	cons, err := newClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t: {0: kgo.NewOffset().At(0)}}))
+	if err != nil {
+		return "", err
+	}
+	defer cons.Close()
+	got, err := pollN(ctx, cons, 40, 60*time.Second)
+	if err != nil {
+		return "", err
+	}
+	if len(got) != 40 {
+		return "", fmt.Errorf("read back %d records, acked 40", len(got))
+	}
+	acked := append(append([]*kgo.Record(nil), before...), after...)
+	for i, r := range got {
+		w := acked[i]
+		if r.Partition != 0 || r.Offset != int64(i) || string(r.Key) != string(w.Key) || string(r.Value) != string(w.Value) {
+			return "", fmt.Errorf("read %s=%s at %d@%d, acked %s=%s at 0@%d", r.Key, r.Value, r.Partition, r.Offset, w.Key, w.Value, i)
+		}
+	}
+	ends, err := adm.ListEndOffsets(ctx, t)
+	if err != nil {
+		return "", fmt.Errorf("ListEndOffsets: %w", err)
+	}
+	if o, _ := ends.Lookup(t, 0); o.Err != nil || o.Offset != 40 {
+		return "", fmt.Errorf("end offset after failover = %d (err=%v), expected 40", o.Offset, o.Err)
+	}
+
+	p, err = partition0(ctx, adm, t)
+	if err != nil {
+		return "", err
+	}
+	if p.Err != nil || p.Leader < 0 || p.Leader == killed {
+		return "", fmt.Errorf("partition 0 leader after the kill = %d (killed %d, err=%v)", p.Leader, killed, p.Err)
+	}
+	return fmt.Sprintf("leader %d killed (-9): 20 records acked before and 20 after on new leader %d, 40 read back at offsets 0-39",
+		killed, p.Leader), nil
 }

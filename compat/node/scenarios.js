@@ -3,8 +3,9 @@
 //   node scenarios.js list
 //   node scenarios.js BOOTSTRAP [SCENARIO...]
 //
-// Prints one line per scenario: SCENARIO kafkajs NAME PASS|FAIL detail
+// Prints one line per scenario: SCENARIO kafkajs NAME PASS|FAIL|SKIP detail
 'use strict'
+const { execFileSync } = require('child_process')
 const { Kafka, logLevel, CompressionTypes, ConfigResourceTypes } = require('kafkajs')
 
 const CLIENT = 'kafkajs'
@@ -12,6 +13,8 @@ const RUN = (Date.now() % 1e9).toString(36) + Math.floor(Math.random() * 1e6).to
 let bootstrap
 
 function check (cond, what) { if (!cond) throw new Error(what) }
+// Thrown by a scenario that cannot run here; reported as SKIP, not counted as a failure.
+class Skip extends Error {}
 const topicName = s => `compat-kafkajs-${s}-${RUN}`
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
@@ -28,8 +31,8 @@ async function settled (read, ok, what) {
   }
 }
 
-function kafka () {
-  return new Kafka({ clientId: 'compat-kafkajs', brokers: bootstrap.split(','), logLevel: logLevel.NOTHING, requestTimeout: 15000, retry: { retries: 3 } })
+function kafka (overrides = {}) {
+  return new Kafka({ clientId: 'compat-kafkajs', brokers: bootstrap.split(','), logLevel: logLevel.NOTHING, requestTimeout: 15000, retry: { retries: 3 }, ...overrides })
 }
 
 function makeRecords (partitions, n) {
@@ -44,8 +47,8 @@ function makeRecords (partitions, n) {
   return recs
 }
 
-async function createTopic (admin, topic, numPartitions, configEntries) {
-  const created = await admin.createTopics({ topics: [{ topic, numPartitions, replicationFactor: 1, configEntries }], waitForLeaders: true, timeout: 15000 })
+async function createTopic (admin, topic, numPartitions, configEntries, replicationFactor = 1) {
+  const created = await admin.createTopics({ topics: [{ topic, numPartitions, replicationFactor, configEntries }], waitForLeaders: true, timeout: 15000 })
   check(created === true, `createTopics returned ${created}`)
   const deadline = Date.now() + 15000
   for (;;) {
@@ -186,7 +189,7 @@ async function consumerGroup () {
   const admin = k.admin()
   await admin.connect()
   const producer = k.producer({ allowAutoTopicCreation: false })
-  const consumer = k.consumer({ groupId, sessionTimeout: 10000, heartbeatInterval: 1000, retry: { retries: 2 } })
+  const consumer = k.consumer({ groupId, sessionTimeout: 10000, heartbeatInterval: 1000, retry: { retries: 8 } })
   try {
     await createTopic(admin, t, 2)
     await producer.connect()
@@ -261,7 +264,84 @@ async function adminOps () {
   }
 }
 
-const SCENARIOS = { 'produce-fetch': produceFetch, compression, 'consumer-group': consumerGroup, admin: adminOps }
+// Kill -9 the leader of a replicated partition while an idempotent producer is producing: the producer
+// rides through on its own retries, every acked record is there exactly once, a new leader serves.
+// compat/run.sh runs it alone, after all the others, on a cluster (COMPAT_NODE_CTL); elsewhere it SKIPs.
+async function leaderFailover () {
+  const ctl = process.env.COMPAT_NODE_CTL
+  if (!ctl) throw new Skip('needs a cluster (compat/run.sh --nodes 3)')
+  const nodeCtl = (cmd, node) => {
+    try {
+      execFileSync(ctl, [cmd, String(node)], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 90000 })
+    } catch (e) {
+      throw new Error(`$COMPAT_NODE_CTL ${cmd} ${node} failed (${e.status !== null && e.status !== undefined ? 'exit ' + e.status : e.signal || e.message})`)
+    }
+  }
+  // Enough retries, backing off to 5 s, to outlast the leader's absence (broker session timeout + election).
+  const retry = { retries: 20, initialRetryTime: 300, maxRetryTime: 5000 }
+  const k = kafka({ requestTimeout: 30000, retry })
+  const t = topicName('failover')
+  const admin = k.admin()
+  await admin.connect()
+  const producer = k.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false, retry })
+  const partition0 = async () => {
+    const md = await admin.fetchTopicMetadata({ topics: [t] })
+    return md.topics[0].partitions.find(p => p.partitionId === 0)
+  }
+  try {
+    await createTopic(admin, t, 1, [{ name: 'min.insync.replicas', value: '2' }], 3)
+    const deadline = Date.now() + 30000
+    for (;;) {
+      const p = await partition0().catch(() => null)
+      if (p && p.leader >= 0 && p.isr.length === 3) break
+      check(Date.now() < deadline, `partition 0 has no leader and ISR of 3 after 30 s: ${JSON.stringify(p)}`)
+      await sleep(200)
+    }
+    await producer.connect()
+    const acked = []
+    const before = await producer.send({ topic: t, acks: -1, messages: [...Array(20).keys()].map(i => ({ partition: 0, key: `before-${i}`, value: `value-before-${i}` })) })
+    check(before.length === 1 && before[0].partition === 0 && before[0].errorCode === 0 && Number(before[0].baseOffset) === 0,
+      `produce before the kill: ${JSON.stringify(before)}`)
+    for (let i = 0; i < 20; i++) acked.push({ partition: 0, offset: i, key: `before-${i}` })
+    const killed = (await partition0()).leader
+    let error = null
+    let killedAt, firstAfter, newLeader, got
+    try {
+      nodeCtl('kill9', killed)
+      killedAt = Date.now()
+      for (let i = 0; i < 20; i++) {
+        const res = await producer.send({ topic: t, acks: -1, messages: [{ partition: 0, key: `after-${i}`, value: `value-after-${i}` }] })
+        check(res.length === 1 && res[0].partition === 0 && res[0].errorCode === 0, `produce after-${i}: ${JSON.stringify(res)}`)
+        check(Number(res[0].baseOffset) === 20 + i, `after-${i} acked at offset ${res[0].baseOffset}, expected ${20 + i}`)
+        if (i === 0) firstAfter = (Date.now() - killedAt) / 1000
+        acked.push({ partition: 0, offset: 20 + i, key: `after-${i}` })
+      }
+      got = await readAll(kafka({ requestTimeout: 30000, retry }), t, 1, 40, 30000)
+      check(got.length === 40, `read back ${got.length} records, acked 40`)
+      got.forEach((r, i) => {
+        check(r.offset === i, `record ${i} read at offset ${r.offset}`)
+        check(str(r.key) === acked[i].key, `offset ${i}: key ${str(r.key)}, acked ${acked[i].key}`)
+      })
+      const offs = await admin.fetchTopicOffsets(t)
+      check(offs.length === 1 && offs[0].high === '40' && offs[0].low === '0', `fetchTopicOffsets after the failover ${JSON.stringify(offs)}`)
+      newLeader = (await partition0()).leader
+      check(newLeader >= 0 && newLeader !== killed, `partition 0's leader after the kill is ${newLeader}, the killed node was ${killed}`)
+    } catch (e) {
+      error = e
+    } finally {
+      try { nodeCtl('start', killed) } catch (e) {
+        if (!error) error = e
+        else error.message += `; then ${e.message}`
+      }
+    }
+    if (error) throw error
+    return `leader ${killed} killed (-9): 20 records acked before and 20 after on new leader ${newLeader} (first after ${firstAfter.toFixed(1)} s), 40 read back at offsets 0-39`
+  } finally {
+    await producer.disconnect().catch(() => {}); await admin.disconnect().catch(() => {})
+  }
+}
+
+const SCENARIOS = { 'produce-fetch': produceFetch, compression, 'consumer-group': consumerGroup, admin: adminOps, 'leader-failover': leaderFailover }
 
 async function main () {
   const args = process.argv.slice(2)
@@ -276,6 +356,7 @@ async function main () {
       if (!SCENARIOS[n]) throw new Error('unknown scenario')
       line = 'PASS ' + await SCENARIOS[n]()
     } catch (e) {
+      if (e instanceof Skip) { console.log(`SCENARIO ${CLIENT} ${n} SKIP ${e.message}`); continue }
       failed++
       line = `FAIL ${e.name || 'Error'}: ${String(e.message).replace(/\n/g, ' ')}`
     }

@@ -5,6 +5,8 @@ import sys
 import time
 import traceback
 
+from failover import Skip
+
 RUN = format(int(time.time() * 1000) % 10**9, "x") + format(random.getrandbits(20), "x")
 
 
@@ -78,6 +80,8 @@ def main(client, scenarios):
             if fn is None:
                 raise AssertionError("unknown scenario")
             line = "PASS " + fn(bootstrap)
+        except Skip as e:
+            line = "SKIP %s" % e
         except Exception as e:  # noqa: BLE001
             failed += 1
             if os.environ.get("COMPAT_DEBUG"):

@@ -11,6 +11,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, ConsumerGroupTopicPartitions
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
                                    OffsetSpec, ResourceType)
 
+import failover
 from common import RUN, check, check_acked_offsets, main, make_records, verify
 
 CLIENT = "confluent-python"
@@ -234,6 +235,40 @@ def admin_ops(bs):
     return "create_topics(+exists) list_topics describe_topics describe_configs(topic,broker) incremental_alter_configs describe_cluster create_partitions list_offsets delete_records delete_topics"
 
 
+def leader_failover(bs):
+    """failover.run with librdkafka: an idempotent producer rides through the leader's death."""
+    t = topic("failover")
+    a = admin(bs)
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", "linger.ms": 5, **QUIET})
+
+    def leader_and_isr():
+        part = a.list_topics(t, timeout=5).topics[t].partitions[0]
+        return part.leader, sorted(part.isrs)
+
+    def produce_keys(ks):
+        acked = {}
+
+        def cb(err, msg):
+            acked[msg.key().decode()] = err or msg.offset()
+        for k in ks:
+            p.produce(t, key=k.encode(), value=("v-" + k).encode(), partition=0, on_delivery=cb)
+        check(p.flush(150) == 0, "records not delivered within 150 s")
+        errs = [v for v in acked.values() if isinstance(v, KafkaError)]
+        check(not errs, "delivery failed: %s" % errs[:3])
+        return [acked[k] for k in ks]
+
+    def consume(n):
+        c = Consumer({"bootstrap.servers": bs, "group.id": "compat-confluent-failover-" + RUN, "enable.auto.commit": False, **QUIET})
+        c.assign([TopicPartition(t, 0, 0)])
+        got = [(r["offset"], r["key"].decode()) for r in poll(c, n, 60)]
+        c.close()
+        return got
+
+    def create():
+        a.create_topics([NewTopic(t, 1, 3, config=failover.TOPIC_CONFIG)])[t].result(30)
+    return failover.run(create, leader_and_isr, produce_keys, consume)
+
+
 if __name__ == "__main__":
     main(CLIENT, OrderedDict([
         ("produce-consume-assign", produce_consume),
@@ -241,4 +276,5 @@ if __name__ == "__main__":
         ("subscribe-group", subscribe_group),
         ("consumer-protocol-group", consumer_protocol_group),
         ("admin", admin_ops),
+        ("leader-failover", leader_failover),
     ]))

@@ -11,6 +11,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+import failover
 from common import RUN, check, check_acked_offsets, main, make_records, verify
 
 CLIENT = "kafka-python"
@@ -175,10 +176,46 @@ def admin_ops(bs):
     return "create_topics(+exists) list_topics describe_topics describe_configs alter_configs describe_cluster create_partitions offsets_for_times delete_records delete_topics"
 
 
+def leader_failover(bs):
+    """failover.run with kafka-python's idempotent producer."""
+    t = topic("failover")
+    a = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=5000)
+    p = KafkaProducer(bootstrap_servers=bs, acks="all", enable_idempotence=True, linger_ms=5, request_timeout_ms=10000,
+                      delivery_timeout_ms=150000, retries=2**31 - 1)
+
+    def leader_and_isr():
+        d = a.describe_topics([t])
+        part = [x for x in d[0]["partitions"] if x["partition_index"] == 0][0]
+        return part["leader_id"], sorted(part["isr_nodes"])
+
+    def produce_keys(ks):
+        futs = [p.send(t, key=k.encode(), value=("v-" + k).encode(), partition=0) for k in ks]
+        p.flush(150)
+        return [f.get(150).offset for f in futs]
+
+    def consume(n):
+        c = KafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False)
+        tp = TopicPartition(t, 0)
+        c.assign([tp])
+        c.seek(tp, 0)
+        got = [(r["offset"], r["key"].decode()) for r in poll(c, n, 60)]
+        c.close()
+        return got
+
+    def create():
+        a.create_topics([NewTopic(t, 1, 3, topic_configs=failover.TOPIC_CONFIG)])
+    try:
+        return failover.run(create, leader_and_isr, produce_keys, consume)
+    finally:
+        p.close(5)
+        a.close()
+
+
 if __name__ == "__main__":
     main(CLIENT, OrderedDict([
         ("produce-consume-assign", produce_consume),
         ("compression", compression),
         ("subscribe-group", subscribe_group),
         ("admin", admin_ops),
+        ("leader-failover", leader_failover),
     ]))

@@ -19,6 +19,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.join(HERE, "..", "kafka", "bin")
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import failover  # noqa: E402
+
 CLIENT = "kafka-tools"
 RUN = format(int(time.time() * 1000) % 10**9, "x") + format(random.getrandbits(16), "x")
 BS = None
@@ -299,12 +302,48 @@ def s_describe_producers():
     return "kafka-transactions describe-producers: the console producer's id, epoch %s, last sequence 9" % got["ProducerEpoch"]
 
 
+def s_leader_failover():
+    """failover.run with kafka-console-producer (idempotent, acks=all) and kafka-console-consumer;
+    the console producer reports no offsets, so the read-back checks them."""
+    t = topic("failover")
+
+    def create_topic():
+        tool("kafka-topics", "--bootstrap-server", BS, "--create", "--topic", t, "--partitions", "1", "--replication-factor", "3",
+             "--config", "min.insync.replicas=%s" % failover.TOPIC_CONFIG["min.insync.replicas"])
+
+    def leader_and_isr():
+        d = tool("kafka-topics", "--bootstrap-server", BS, "--describe", "--topic", t, timeout=60)
+        m = re.search(r"Partition: 0\s+Leader: (-?\d+|none)\s+Replicas: [\d,]+\s+Isr: ([\d,]*)", d)
+        if not m or m.group(1) == "none":
+            return None
+        return int(m.group(1)), sorted(int(x) for x in m.group(2).split(",") if x)
+
+    def produce_keys(ks):
+        tool("kafka-console-producer", "--bootstrap-server", BS, "--topic", t, "--producer-property", "acks=all",
+             "--producer-property", "enable.idempotence=true", "--producer-property", "delivery.timeout.ms=150000",
+             "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
+             stdin="".join("%s:v-%s\n" % (k, k) for k in ks), timeout=200)
+        return None
+
+    def consume(n):
+        out = tool("kafka-console-consumer", "--bootstrap-server", BS, "--topic", t, "--partition", "0", "--offset", "earliest",
+                   "--max-messages", str(n), "--timeout-ms", "60000", "--formatter-property", "print.offset=true",
+                   "--formatter-property", "print.key=true", "--formatter-property", "key.separator=;", timeout=120)
+        got = []
+        for l in out.splitlines():
+            m = re.match(r"Offset:(\d+);(.*);", l)
+            if m:
+                got.append((int(m.group(1)), m.group(2)))
+        return got
+    return failover.run(create_topic, leader_and_isr, produce_keys, consume)
+
+
 SCENARIOS = {
     "topics": s_topics, "console-partition": s_console_partition, "console-group": s_console_group,
     "consumer-groups": s_consumer_groups, "configs": s_configs, "get-offsets": s_get_offsets,
     "delete-records": s_delete_records, "producer-perf-test": s_producer_perf, "consumer-perf-test": s_consumer_perf,
     "dump-log": s_dump_log, "acls-election": s_acls_election,
-    "describe-producers": s_describe_producers,
+    "describe-producers": s_describe_producers, "leader-failover": s_leader_failover,
 }
 
 
@@ -321,7 +360,7 @@ def main():
     for n in sys.argv[2:] or list(SCENARIOS):
         try:
             line = "PASS " + SCENARIOS[n]()
-        except Skip as e:
+        except (Skip, failover.Skip) as e:
             line = "SKIP %s" % e
         except Exception as e:  # noqa: BLE001
             failed += 1

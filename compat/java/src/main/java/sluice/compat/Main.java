@@ -24,7 +24,7 @@ import org.apache.kafka.common.serialization.*;
  *   java sluice.compat.Main list
  *   java sluice.compat.Main BOOTSTRAP [SCENARIO...]
  *
- * Prints one line per scenario: SCENARIO java NAME PASS|FAIL detail
+ * Prints one line per scenario: SCENARIO java NAME PASS|FAIL|SKIP detail
  */
 public class Main {
     static final String CLIENT = "java";
@@ -33,6 +33,9 @@ public class Main {
             + Integer.toString(new Random().nextInt(1 << 20), 36);
 
     interface Scenario { String run() throws Exception; }
+
+    /** Thrown by a scenario that cannot run here (reported as SKIP, not a failure). */
+    static final class Skip extends RuntimeException { Skip(String why) { super(why); } }
 
     static final LinkedHashMap<String, Scenario> SCENARIOS = new LinkedHashMap<>();
     static {
@@ -47,6 +50,7 @@ public class Main {
         SCENARIOS.put("streams-wordcount", Streams::wordCount);
         SCENARIOS.put("transactions", Transactions::commitAndAbort);
         SCENARIOS.put("connect-distributed", ConnectScenario::distributed);
+        SCENARIOS.put("leader-failover", Failover::leaderFailover);
     }
 
     public static void main(String[] args) {
@@ -61,6 +65,7 @@ public class Main {
             if (s == null) { line = "FAIL unknown scenario"; failed++; }
             else {
                 try { line = "PASS " + s.run(); }
+                catch (Skip k) { line = "SKIP " + k.getMessage(); }
                 catch (Throwable t) {
                     failed++;
                     Throwable c = t;
