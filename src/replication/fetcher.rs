@@ -19,7 +19,9 @@
 //! # Failure behaviour
 //! A connection that fails or a response that does not decode is logged with the source broker
 //! and dropped; the task connects again after [`RETRY_BACKOFF`]. An append or truncation that
-//! fails (a poisoned log) is logged with the partition, which is retried after the same pause.
+//! fails is logged with the partition and its path; it poisons the log (disk full, I/O error),
+//! and a poisoned partition is no longer fetched: it falls behind, the leader takes it out of
+//! the ISR, and the broker goes on serving everything else. A restart reopens the log.
 //! A task ends when no partition is followed from its broker any more.
 
 use std::collections::BTreeMap;
@@ -138,13 +140,13 @@ impl ReplicaFetchers {
                 }
             }
             let Some((_, c)) = conn.as_mut() else { continue };
-            // Throttled partitions sit out while the follower quota is exceeded.
+            // Throttled partitions sit out while the follower quota is exceeded; a poisoned log
+            // (a failed write: disk full, I/O error) is not fetched for at all, so the leader
+            // drops this replica from the ISR when it falls behind.
             let throttling = source.partitions.iter().any(|f| f.throttled) && self.quota.is_limited();
-            let partitions: Vec<Followed> = if throttling && self.quota.exceeded(now_ms()) {
-                source.partitions.iter().filter(|f| !f.throttled).cloned().collect()
-            } else {
-                source.partitions.clone()
-            };
+            let held_back = throttling && self.quota.exceeded(now_ms());
+            let partitions: Vec<Followed> =
+                source.partitions.iter().filter(|f| !(f.partition.is_poisoned() || (held_back && f.throttled))).cloned().collect();
             if partitions.is_empty() {
                 tokio::time::sleep(RETRY_BACKOFF).await;
                 continue;

@@ -473,6 +473,11 @@ impl Partition {
         Ok(())
     }
 
+    /// Whether a failed write poisoned the log: it takes no appends until the broker restarts.
+    pub fn is_poisoned(&self) -> bool {
+        self.state.lock().log.is_poisoned()
+    }
+
     /// The latest leader epoch in the log's epoch cache.
     pub fn latest_epoch(&self) -> Option<i32> {
         self.state.lock().log.latest_epoch()
