@@ -54,7 +54,10 @@ from net import Mesh  # noqa: E402
 TOPIC = "chaos"
 PARTITIONS = 6
 # Short enough that a paused or killed follower leaves the ISR within one fault.
-CLUSTER_CONFIG = {"replica.lag.time.max.ms": "5000", "offsets.topic.replication.factor": "3"}
+# Each node in a rack of its own with Kafka's rack-aware replica selector: readers in another
+# rack than a partition's leader read from a follower (KIP-392), under the same faults.
+CLUSTER_CONFIG = {"replica.lag.time.max.ms": "5000", "offsets.topic.replication.factor": "3",
+                  "broker.rack": "rack-{node}", "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
 
 
 def log(msg):
@@ -179,10 +182,18 @@ class Reader(threading.Thread):
         super().__init__(daemon=True)
         self.num, self.events, self.stop = ident, events, stop
         self.rng = random.Random(seed)
+        # Reader i sits in rack i % 3 + 1: some of its partitions are read from a follower.
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-reader-%d" % ident,
                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                           "enable.partition.eof": False, "log_level": 2})
+                           "enable.partition.eof": False, "log_level": 2, "client.rack": "rack-%d" % (ident % 3 + 1),
+                           "statistics.interval.ms": 1000, "stats_cb": self._stats})
         self.errors = 0
+        # Once a second, each partition this reader fetched from a follower rather than its leader.
+        self.follower_fetch_samples = 0
+
+    def _stats(self, raw):
+        parts = json.loads(raw).get("topics", {}).get(TOPIC, {}).get("partitions", {})
+        self.follower_fetch_samples += sum(1 for p in parts.values() if 0 <= p.get("leader", -1) != p.get("broker", -1) >= 0)
 
     def run(self):
         self.c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
@@ -370,6 +381,7 @@ def main():
             "unflushed": [w.flush_left for w in writers],
             "reads": sum(1 for ev in polls.values() for e in ev if e[0] == "read"),
             "reader_errors": sum(r.errors for r in readers),
+            "follower_fetch_samples": sum(r.follower_fetch_samples for r in readers),
             "final_read": {"records": sum(len(v) for v in final.values()), "high_watermarks": ends,
                            "short": short},
             "anomalies": result["counts"], "examples": result["examples"],
