@@ -457,7 +457,7 @@ fn a_broker_that_does_not_lead_a_partition_says_who_does() {
     let create = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![create_topics_request::CreatableTopic::default()
         .with_name(common::topic_name(topic))
         .with_num_partitions(1)
-        .with_replication_factor(3)]);
+        .with_replication_factor(2)]);
     let created = c.broker(1).call(&create, 7);
     assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0].error_message);
     // Creating it again, through another broker: the controller says it exists.
@@ -466,8 +466,10 @@ fn a_broker_that_does_not_lead_a_partition_says_who_does() {
     let md = c.broker(2).call(&MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(common::topic_name(topic)))])), 12);
     let p0 = &md.topics[0].partitions[0];
     let (leader, epoch) = (p0.leader_id.0, p0.leader_epoch);
-    assert_eq!(p0.replica_nodes.len(), 3);
-    let other = (1..=3).find(|id| *id != leader).unwrap();
+    assert_eq!(p0.replica_nodes.len(), 2);
+    // `other` holds no replica; `follower` holds one and does not lead.
+    let other = (1..=3).find(|id| !p0.replica_nodes.iter().any(|r| r.0 == *id)).unwrap();
+    let follower = p0.replica_nodes.iter().map(|r| r.0).find(|id| *id != leader).unwrap();
 
     let produce = |to: i32| {
         let batch = common::encode_batch(&[common::Rec { key: Some("k".into()), value: "v".into(), timestamp: 1 }], None);
@@ -483,11 +485,20 @@ fn a_broker_that_does_not_lead_a_partition_says_who_does() {
     assert_eq!((part.current_leader.leader_id.0, part.current_leader.leader_epoch), (leader, epoch));
     assert_eq!(refused.node_endpoints.len(), 1);
     assert_eq!((refused.node_endpoints[0].node_id.0, refused.node_endpoints[0].port), (leader, c.broker_ports[&leader] as i32));
-    // The leader appends.
-    let ok = produce(leader);
+    // The leader appends (once its local log exists: it follows the metadata image
+    // asynchronously, and answers UNKNOWN_TOPIC_OR_PARTITION, retriable, until then).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let ok = loop {
+        let r = produce(leader);
+        if r.responses[0].partition_responses[0].error_code != 3 || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!((ok.responses[0].partition_responses[0].error_code, ok.responses[0].partition_responses[0].base_offset), (0, 0));
 
-    // Reads too: Fetch and ListOffsets only from the leader.
+    // Reads too: Fetch from a replica (a follower serves consumers, KIP-392, as Kafka does from
+    // Fetch v11), ListOffsets only from the leader.
     let fetch = |to: i32| {
         let req = FetchRequest::default().with_max_wait_ms(0).with_max_bytes(1 << 20).with_topics(vec![fetch_request::FetchTopic::default()
             .with_topic(common::topic_name(topic))
@@ -508,10 +519,12 @@ fn a_broker_that_does_not_lead_a_partition_says_who_does() {
     assert_eq!((refused.node_endpoints[0].node_id.0, refused.node_endpoints[0].port), (leader, c.broker_ports[&leader] as i32));
     let from_leader = fetch(leader);
     assert_eq!((from_leader.error_code, from_leader.high_watermark), (0, 1));
+    assert_eq!(fetch(follower).error_code, 0);
     let list = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
         .with_name(common::topic_name(topic))
         .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)])]);
     assert_eq!(c.broker(other).call(&list, 7).topics[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(c.broker(follower).call(&list, 7).topics[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
     assert_eq!(c.broker(leader).call(&list, 7).topics[0].partitions[0].offset, 1);
     // The producers' state too: only the leader describes it.
     let producers = DescribeProducersRequest::default().with_topics(vec![describe_producers_request::TopicRequest::default()
