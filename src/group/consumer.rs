@@ -29,8 +29,17 @@
 //! - A member that does not heartbeat within the session timeout, or does not revoke within its
 //!   rebalance timeout, is removed and its partitions become free.
 //!
-//! Not persisted yet: after a restart members get UNKNOWN_MEMBER_ID and rejoin with epoch 0
-//! (their committed offsets are persisted like every group's).
+//! # Persistence
+//! The group is kept in `__consumer_offsets` as Kafka's KIP-848 records
+//! ([`ConsumerGroup::persistent_records`]: group epoch, each member's metadata, target and
+//! current assignment, the target's epoch), which the coordinator writes as they change. A
+//! coordinator that loads them ([`ConsumerGroup::restore`]: after a restart, or as the new
+//! leader of the group's partition) has every member at its epoch with its assignment; each
+//! gets a fresh session timeout to heartbeat in, and the first call after the load takes the
+//! topics as they are without a rebalance (unless they changed).
+//!
+//! Partition counts are not persisted, so topics that gained partitions while no coordinator ran
+//! are noticed at the next heartbeat like any other change.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +48,7 @@ use kafka_protocol::ResponseError;
 use regex::{Regex, RegexBuilder};
 
 use super::assignor::{self, Assignment, TopicPartition};
+use super::records::{ConsumerMemberValue, CoordinatorRecord, CurrentAssignmentValue, NamedPartitions};
 
 /// How often a subscribed regex is matched against the topics again (Kafka's
 /// `REGEX_BATCH_REFRESH_INTERVAL_MS`).
@@ -192,6 +202,9 @@ pub struct ConsumerGroup {
     membership_changed: bool,
     /// Every regex some member subscribes to, resolved.
     regexes: BTreeMap<String, ResolvedRegex>,
+    /// Loaded from records and not yet called since: the next call resolves regexes and takes
+    /// partition counts without rebalancing.
+    restored: bool,
 }
 
 impl ConsumerGroup {
@@ -282,8 +295,151 @@ impl ConsumerGroup {
         }
     }
 
+    /// Kafka's MemberState of a member: 0 stable, 1 revoking, 2 waiting for partitions others
+    /// still hold.
+    fn member_state(&self, m: &ConsumerMember) -> i8 {
+        if !m.pending_revocation.is_empty() {
+            1
+        } else if m.member_epoch == self.assignment_epoch && Some(&m.assigned) != self.target.get(&m.member_id) {
+            2
+        } else {
+            0
+        }
+    }
+
+    /// The group as Kafka's KIP-848 records, all with values.
+    pub fn persistent_records(&self) -> Vec<CoordinatorRecord> {
+        let group = || self.group_id.clone();
+        let named = |set: &BTreeSet<TopicPartition>| {
+            let mut out = NamedPartitions::new();
+            for (t, p) in set {
+                out.entry(t.clone()).or_default().push(*p);
+            }
+            out
+        };
+        let mut out = vec![CoordinatorRecord::ConsumerGroup { group: group(), epoch: Some(self.group_epoch) }];
+        for m in self.members.values() {
+            out.push(CoordinatorRecord::ConsumerMember {
+                group: group(),
+                member: m.member_id.clone(),
+                value: Some(ConsumerMemberValue {
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed_topic_names: m.subscribed_topics.iter().cloned().collect(),
+                    subscribed_topic_regex: m.subscribed_regex.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    server_assignor: m.server_assignor.clone(),
+                }),
+            });
+        }
+        for (member, set) in &self.target {
+            out.push(CoordinatorRecord::TargetAssignmentMember { group: group(), member: member.clone(), partitions: Some(named(set)) });
+        }
+        out.push(CoordinatorRecord::TargetAssignment { group: group(), epoch: Some(self.assignment_epoch) });
+        for m in self.members.values() {
+            out.push(CoordinatorRecord::CurrentAssignment {
+                group: group(),
+                member: m.member_id.clone(),
+                value: Some(CurrentAssignmentValue {
+                    member_epoch: m.member_epoch,
+                    previous_member_epoch: m.previous_member_epoch,
+                    state: self.member_state(m),
+                    assigned: named(&m.assigned),
+                    pending_revocation: named(&m.pending_revocation),
+                }),
+            });
+        }
+        out
+    }
+
+    /// Applies one KIP-848 record read back from `__consumer_offsets`; members get
+    /// `session_timeout_ms` from `now_ms` to heartbeat. Offset and classic records are not for
+    /// this (ignored).
+    pub fn restore(&mut self, record: CoordinatorRecord, now_ms: i64, session_timeout_ms: i64) {
+        self.restored = true;
+        let set = |parts: NamedPartitions| -> BTreeSet<TopicPartition> {
+            parts.into_iter().flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p))).collect()
+        };
+        match record {
+            CoordinatorRecord::ConsumerGroup { epoch, .. } => self.group_epoch = epoch.unwrap_or(0),
+            CoordinatorRecord::TargetAssignment { epoch, .. } => self.assignment_epoch = epoch.unwrap_or(0),
+            CoordinatorRecord::TargetAssignmentMember { member, partitions, .. } => match partitions {
+                Some(p) => {
+                    self.target.insert(member, set(p));
+                }
+                None => {
+                    self.target.remove(&member);
+                }
+            },
+            CoordinatorRecord::ConsumerMember { member, value: None, .. } => {
+                if let Some(m) = self.members.remove(&member) {
+                    if let Some(i) = m.instance_id {
+                        self.static_members.remove(&i);
+                    }
+                }
+            }
+            CoordinatorRecord::ConsumerMember { member, value: Some(v), .. } => {
+                let m = self.restored_member(&member, now_ms, session_timeout_ms);
+                m.instance_id = v.instance_id.clone();
+                m.rack_id = v.rack_id;
+                m.client_id = v.client_id;
+                m.client_host = v.client_host;
+                m.subscribed_topics = v.subscribed_topic_names.into_iter().collect();
+                m.subscribed_regex = v.subscribed_topic_regex.filter(|r| !r.is_empty());
+                m.rebalance_timeout_ms = v.rebalance_timeout_ms;
+                m.server_assignor = v.server_assignor;
+                if let Some(i) = v.instance_id {
+                    self.static_members.insert(i, member);
+                }
+            }
+            CoordinatorRecord::CurrentAssignment { member, value: Some(v), .. } => {
+                let m = self.restored_member(&member, now_ms, session_timeout_ms);
+                m.member_epoch = v.member_epoch;
+                m.previous_member_epoch = v.previous_member_epoch;
+                m.assigned = set(v.assigned);
+                m.pending_revocation = set(v.pending_revocation);
+                m.revocation_deadline = (!m.pending_revocation.is_empty()).then(|| now_ms + m.rebalance_timeout_ms.max(0) as i64);
+            }
+            _ => {}
+        }
+    }
+
+    fn restored_member(&mut self, id: &str, now_ms: i64, session_timeout_ms: i64) -> &mut ConsumerMember {
+        self.members.entry(id.to_string()).or_insert_with(|| ConsumerMember {
+            member_id: id.to_string(),
+            instance_id: None,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            subscribed_topics: BTreeSet::new(),
+            subscribed_regex: None,
+            server_assignor: None,
+            rebalance_timeout_ms: 0,
+            member_epoch: 0,
+            previous_member_epoch: -1,
+            assigned: BTreeSet::new(),
+            pending_revocation: BTreeSet::new(),
+            session_deadline: now_ms + session_timeout_ms,
+            revocation_deadline: None,
+            last_sent: None,
+        })
+    }
+
+    /// The first call after a load: regexes resolved and partition counts taken as they are,
+    /// without a rebalance of their own (the loaded target stands).
+    fn settle_restored(&mut self, topics: &BTreeMap<String, i32>, now_ms: i64) {
+        if std::mem::take(&mut self.restored) {
+            self.refresh_regexes(topics, now_ms);
+            self.membership_changed = false;
+            self.partition_counts = self.subscribed_counts(topics);
+        }
+    }
+
     /// ConsumerGroupHeartbeat. `topics`: every existing topic's partition count.
     pub fn heartbeat(&mut self, req: Heartbeat, topics: &BTreeMap<String, i32>, limits: ConsumerGroupLimits, now_ms: i64) -> HeartbeatReply {
+        self.settle_restored(topics, now_ms);
         if let Some(a) = req.server_assignor.as_deref() {
             if !assignor::ASSIGNORS.contains(&a) {
                 return HeartbeatReply::error(ResponseError::UnsupportedAssignor, &format!("ServerAssignor {a} is not supported. Supported assignors: uniform, range."), &req.member_id);
@@ -463,6 +619,7 @@ impl ConsumerGroup {
 
     /// Removes members past their session timeout or revocation deadline. Returns true if any.
     pub fn tick(&mut self, topics: &BTreeMap<String, i32>, now_ms: i64) -> bool {
+        self.settle_restored(topics, now_ms);
         let expired: Vec<String> = self
             .members
             .values()

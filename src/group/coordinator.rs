@@ -30,6 +30,53 @@ pub struct GroupEntry {
     pub consumer: Option<ConsumerGroup>,
     /// (topic, partition) -> committed offset.
     pub offsets: BTreeMap<(String, i32), OffsetValue>,
+    /// The KIP-848 records last written (or loaded) for this group, by (key version, member):
+    /// what a change is compared against, so only changed records are written.
+    persisted: BTreeMap<(i16, String), CoordinatorRecord>,
+}
+
+/// A KIP-848 record's identity within its group: (key version, member id or "").
+fn consumer_key(r: &CoordinatorRecord) -> Option<(i16, String)> {
+    match r {
+        CoordinatorRecord::ConsumerGroup { .. } => Some((3, String::new())),
+        CoordinatorRecord::ConsumerMember { member, .. } => Some((5, member.clone())),
+        CoordinatorRecord::TargetAssignment { .. } => Some((6, String::new())),
+        CoordinatorRecord::TargetAssignmentMember { member, .. } => Some((7, member.clone())),
+        CoordinatorRecord::CurrentAssignment { member, .. } => Some((8, member.clone())),
+        CoordinatorRecord::Offset { .. } | CoordinatorRecord::Group { .. } => None,
+    }
+}
+
+/// The tombstone of a KIP-848 record.
+fn tombstone(r: &CoordinatorRecord) -> CoordinatorRecord {
+    match r.clone() {
+        CoordinatorRecord::ConsumerGroup { group, .. } => CoordinatorRecord::ConsumerGroup { group, epoch: None },
+        CoordinatorRecord::ConsumerMember { group, member, .. } => CoordinatorRecord::ConsumerMember { group, member, value: None },
+        CoordinatorRecord::TargetAssignment { group, .. } => CoordinatorRecord::TargetAssignment { group, epoch: None },
+        CoordinatorRecord::TargetAssignmentMember { group, member, .. } => {
+            CoordinatorRecord::TargetAssignmentMember { group, member, partitions: None }
+        }
+        CoordinatorRecord::CurrentAssignment { group, member, .. } => CoordinatorRecord::CurrentAssignment { group, member, value: None },
+        other => other,
+    }
+}
+
+/// Records that bring what is persisted for a group to `now` (its consumer group's records, or
+/// none once it has no consumer group): tombstones first (members' current assignment and
+/// target before their metadata, then the group), then what changed, in `now`'s order.
+fn consumer_changes(persisted: &mut BTreeMap<(i16, String), CoordinatorRecord>, now: Vec<CoordinatorRecord>) -> Vec<CoordinatorRecord> {
+    let now: Vec<((i16, String), CoordinatorRecord)> = now.into_iter().filter_map(|r| Some((consumer_key(&r)?, r))).collect();
+    let keep: std::collections::BTreeSet<&(i16, String)> = now.iter().map(|(k, _)| k).collect();
+    let mut gone: Vec<(i16, String)> = persisted.keys().filter(|k| !keep.contains(k)).cloned().collect();
+    gone.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut out: Vec<CoordinatorRecord> = gone.iter().filter_map(|k| persisted.remove(k)).map(|r| tombstone(&r)).collect();
+    for (k, r) in now {
+        if persisted.get(&k) != Some(&r) {
+            persisted.insert(k, r.clone());
+            out.push(r);
+        }
+    }
+    out
 }
 
 /// One partition of an OffsetCommit.
@@ -91,7 +138,12 @@ impl GroupCoordinator {
     }
 
     fn new_group(&self, group_id: &str, now_ms: i64) -> GroupEntry {
-        GroupEntry { classic: ClassicGroup::new(group_id, self.config.initial_rebalance_delay_ms, now_ms), consumer: None, offsets: BTreeMap::new() }
+        GroupEntry {
+            classic: ClassicGroup::new(group_id, self.config.initial_rebalance_delay_ms, now_ms),
+            consumer: None,
+            offsets: BTreeMap::new(),
+            persisted: BTreeMap::new(),
+        }
     }
 
     /// JoinGroup.
@@ -119,7 +171,10 @@ impl GroupCoordinator {
                     return Outcome::Now(JoinReply::error(ResponseError::InconsistentGroupProtocol, &req.member_id));
                 }
                 // An empty consumer group turns back into a classic group (offsets stay).
-                Some(_) => entry.consumer = None,
+                Some(_) => {
+                    entry.consumer = None;
+                    self.records.extend(consumer_changes(&mut entry.persisted, Vec::new()));
+                }
                 None => {}
             }
         }
@@ -293,6 +348,7 @@ impl GroupCoordinator {
 
     fn remove_group(&mut self, group_id: &str, now_ms: i64) {
         let Some(mut entry) = self.groups.remove(group_id) else { return };
+        self.records.extend(consumer_changes(&mut entry.persisted, Vec::new()));
         for (t, p) in entry.offsets.keys() {
             self.records.push(CoordinatorRecord::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p, value: None });
         }
@@ -329,10 +385,19 @@ impl GroupCoordinator {
             }
             entry.consumer = Some(ConsumerGroup::new(group_id));
         }
-        match entry.consumer.as_mut() {
+        let reply = match entry.consumer.as_mut() {
             Some(c) => c.heartbeat(req, topics, limits, now_ms),
-            None => fail(ResponseError::UnknownServerError, String::new(), ""),
-        }
+            None => return fail(ResponseError::UnknownServerError, String::new(), ""),
+        };
+        self.persist_consumer(group_id);
+        reply
+    }
+
+    /// Queues the records of what changed in a consumer group since they were last written.
+    fn persist_consumer(&mut self, group_id: &str) {
+        let Some(entry) = self.groups.get_mut(group_id) else { return };
+        let now = entry.consumer.as_ref().map(|c| c.persistent_records()).unwrap_or_default();
+        self.records.extend(consumer_changes(&mut entry.persisted, now));
     }
 
     /// OffsetFetch v9+ member check for consumer groups: `None` when the fetch may proceed.
@@ -372,10 +437,16 @@ impl GroupCoordinator {
     /// Fires every group's timers; `topics` (name -> partition count) feeds consumer-group
     /// reassignment when a member expires.
     pub fn tick(&mut self, topics: &BTreeMap<String, i32>, now_ms: i64) {
-        for entry in self.groups.values_mut() {
+        let mut changed = Vec::new();
+        for (id, entry) in self.groups.iter_mut() {
             if let Some(c) = entry.consumer.as_mut() {
-                c.tick(topics, now_ms);
+                if c.tick(topics, now_ms) {
+                    changed.push(id.clone());
+                }
             }
+        }
+        for id in changed {
+            self.persist_consumer(&id);
         }
         let ids: Vec<String> = self.groups.keys().cloned().collect();
         for id in ids {
@@ -456,6 +527,7 @@ impl GroupCoordinator {
                         classic: ClassicGroup::new(&group, self.config.initial_rebalance_delay_ms, now_ms),
                         consumer: None,
                         offsets: BTreeMap::new(),
+                        persisted: BTreeMap::new(),
                     });
                     entry.offsets.insert((topic, partition), v);
                 }
@@ -469,14 +541,53 @@ impl GroupCoordinator {
                 Some(v) => {
                     let offsets = self.groups.remove(&group).map(|e| e.offsets).unwrap_or_default();
                     let classic = restore(&group, &self.config, v, now_ms);
-                    self.groups.insert(group, GroupEntry { classic, consumer: None, offsets });
+                    self.groups.insert(group, GroupEntry { classic, consumer: None, offsets, persisted: BTreeMap::new() });
                 }
                 None => {
                     self.groups.remove(&group);
                 }
             },
+            // KIP-848 records: into the group's consumer group (made on the first), and into what
+            // is known to be persisted, so that only later changes are written again.
+            r => {
+                let Some(key) = consumer_key(&r) else { return };
+                let group = r.group().to_string();
+                if matches!(r, CoordinatorRecord::ConsumerGroup { epoch: None, .. }) {
+                    // The group's tombstone: it was deleted or became a classic group.
+                    if let Some(e) = self.groups.get_mut(&group) {
+                        e.consumer = None;
+                        e.persisted.clear();
+                    }
+                    return;
+                }
+                let initial_rebalance_delay_ms = self.config.initial_rebalance_delay_ms;
+                let entry = self.groups.entry(group.clone()).or_insert_with(|| GroupEntry {
+                    classic: ClassicGroup::new(&group, initial_rebalance_delay_ms, now_ms),
+                    consumer: None,
+                    offsets: BTreeMap::new(),
+                    persisted: BTreeMap::new(),
+                });
+                if is_tombstone(&r) {
+                    entry.persisted.remove(&key);
+                } else {
+                    entry.persisted.insert(key, r.clone());
+                }
+                let session_timeout_ms = self.config.consumer_session_timeout_ms;
+                entry.consumer.get_or_insert_with(|| ConsumerGroup::new(&group)).restore(r, now_ms, session_timeout_ms);
+            }
         }
     }
+}
+
+fn is_tombstone(r: &CoordinatorRecord) -> bool {
+    matches!(
+        r,
+        CoordinatorRecord::ConsumerGroup { epoch: None, .. }
+            | CoordinatorRecord::ConsumerMember { value: None, .. }
+            | CoordinatorRecord::TargetAssignment { epoch: None, .. }
+            | CoordinatorRecord::TargetAssignmentMember { partitions: None, .. }
+            | CoordinatorRecord::CurrentAssignment { value: None, .. }
+    )
 }
 
 fn snapshot(g: &ClassicGroup) -> GroupValue {

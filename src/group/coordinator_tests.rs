@@ -83,8 +83,8 @@ fn replaying_the_records_rebuilds_offsets_and_groups() {
     let mut fresh = GroupCoordinator::new(config());
     for r in records.into_iter().chain(more) {
         // Through the byte encoding, as the loader sees them.
-        let (k, v) = r.encode();
-        fresh.replay(CoordinatorRecord::decode(&k, v.as_deref()).unwrap().unwrap(), 10);
+        let (k, v) = r.encode(&|_| None);
+        fresh.replay(CoordinatorRecord::decode(&k, v.as_deref(), &|_| None).unwrap().unwrap(), 10);
     }
     assert_eq!(fresh.fetch_offsets("admin", None)[0].2.as_ref().map(|v| v.offset), Some(9));
     assert!(fresh.group("gone").is_none(), "tombstones delete");
@@ -140,4 +140,83 @@ fn a_deleted_topics_offsets_are_forgotten_in_every_group_with_tombstones() {
     assert!(c.fetch_offsets("g2", None).is_empty());
     assert_eq!(c.forget_topic("gone"), 0, "nothing left to forget");
     assert!(c.drain().0.is_empty());
+}
+
+fn kip848_join(member: &str, topics: &[&str]) -> crate::group::consumer::Heartbeat {
+    crate::group::consumer::Heartbeat {
+        member_id: member.into(),
+        member_epoch: 0,
+        rebalance_timeout_ms: 30_000,
+        subscribed_topic_names: Some(topics.iter().map(|t| t.to_string()).collect()),
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        ..Default::default()
+    }
+}
+
+/// (member, epoch, assigned partitions) of each member.
+type MemberSummary = Vec<(String, i32, Vec<(String, i32)>)>;
+
+/// Replays `records` (through their bytes, topic ids by a fixed map) into a new coordinator.
+fn reload(records: Vec<CoordinatorRecord>, now_ms: i64) -> GroupCoordinator {
+    let id = |t: &str| Some(uuid::Uuid::from_bytes([t.len() as u8; 16]));
+    let name = |u: uuid::Uuid| Some(["", "t", "tt"][u.as_bytes()[0] as usize].to_string());
+    let mut fresh = GroupCoordinator::new(config());
+    for r in records {
+        let (k, v) = r.encode(&id);
+        fresh.replay(CoordinatorRecord::decode(&k, v.as_deref(), &name).unwrap().unwrap(), now_ms);
+    }
+    fresh
+}
+
+#[test]
+fn a_kip_848_group_reloaded_from_its_records_keeps_its_members_epochs_and_assignments() {
+    let mut c = GroupCoordinator::new(config());
+    let topics: BTreeMap<String, i32> = [("t".to_string(), 4), ("tt".to_string(), 2)].into();
+    let a = c.consumer_heartbeat("g", kip848_join("a", &["t"]), &topics, 0);
+    let b = c.consumer_heartbeat("g", kip848_join("b", &["t", "tt"]), &topics, 10);
+    assert!(a.error.is_none() && b.error.is_none());
+    let hb = |member: &str, epoch: i32, owned: Option<std::collections::BTreeSet<(String, i32)>>| crate::group::consumer::Heartbeat {
+        member_id: member.into(),
+        member_epoch: epoch,
+        owned,
+        ..Default::default()
+    };
+    // a gives up what b is to get; both heartbeat again.
+    assert!(c.consumer_heartbeat("g", hb("a", a.member_epoch, Some(Default::default())), &topics, 20).error.is_none());
+    assert!(c.consumer_heartbeat("g", hb("b", b.member_epoch, Some(Default::default())), &topics, 30).error.is_none());
+    let (records, _) = c.drain();
+    assert!(records.iter().any(|r| matches!(r, CoordinatorRecord::CurrentAssignment { .. })));
+    let before: MemberSummary = c
+        .group("g")
+        .unwrap()
+        .consumer
+        .as_ref()
+        .unwrap()
+        .members
+        .values()
+        .map(|m| (m.member_id.clone(), m.member_epoch, m.assigned.iter().cloned().collect()))
+        .collect();
+
+    let mut fresh = reload(records, 1_000);
+    let g = fresh.group("g").unwrap().consumer.as_ref().unwrap();
+    let after: MemberSummary =
+        g.members.values().map(|m| (m.member_id.clone(), m.member_epoch, m.assigned.iter().cloned().collect())).collect();
+    assert_eq!(after, before);
+    assert_eq!(g.group_epoch, c.group("g").unwrap().consumer.as_ref().unwrap().group_epoch);
+    // The members go on at their epochs: a commit in b's epoch is taken, a heartbeat in it too,
+    // with no rebalance of the reload's own.
+    let epoch_b = before.iter().find(|m| m.0 == "b").unwrap().1;
+    assert_eq!(fresh.commit_offsets("g", "b", None, epoch_b, vec![commit("tt", 0, 3)], 1_100), Ok(vec![None]));
+    let r = fresh.consumer_heartbeat("g", hb("b", epoch_b, None), &topics, 1_200);
+    assert_eq!((r.error, r.member_epoch), (None, epoch_b));
+    // Only what changed is written again: the commit, and b's record of what it was last sent
+    // is not persisted at all.
+    let (again, _) = fresh.drain();
+    assert!(again.iter().all(|r| matches!(r, CoordinatorRecord::Offset { .. })), "{again:?}");
+    // A member that leaves is tombstoned, and a reload then lacks it.
+    let left = fresh.consumer_heartbeat("g", hb("a", -1, None), &topics, 1_300);
+    assert!(left.error.is_none());
+    let (records, _) = fresh.drain();
+    assert!(records.iter().any(|r| matches!(r, CoordinatorRecord::ConsumerMember { member, value: None, .. } if member == "a")));
 }

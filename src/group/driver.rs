@@ -120,7 +120,7 @@ impl Groups {
 
     /// Runs `f` on the core, persists what it produced and delivers parked answers.
     /// Returns f's result and whether persisting succeeded.
-    fn run<T>(&self, broker: &Broker, f: impl FnOnce(&mut GroupCoordinator, &mut Parking) -> T) -> (T, Result<(), GroupError>) {
+    fn run<T>(&self, broker: &Broker, f: impl FnOnce(&mut GroupCoordinator, &mut Parking) -> T) -> (T, Result<Written, GroupError>) {
         let mut inner = self.inner.lock();
         let Inner { core, waiters } = &mut *inner;
         let mut park = Parking { waiters, next_token: &self.next_token, parked: None };
@@ -186,10 +186,14 @@ impl Groups {
             },
         };
         // Kafka fails the leader's SyncGroup when the assignment could not be written.
-        if persisted.is_err() && reply.error.is_none() {
-            return SyncReply::error(ResponseError::CoordinatorNotAvailable);
+        let failed = match persisted {
+            Ok(written) => written.replicated(WRITE_TIMEOUT).await.err(),
+            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
+        };
+        match failed {
+            Some(e) if reply.error.is_none() => SyncReply::error(e),
+            _ => reply,
         }
-        reply
     }
 
     pub fn heartbeat(&self, broker: &Broker, group_id: &str, member_id: &str, instance_id: Option<&str>, generation_id: i32) -> Option<ResponseError> {
@@ -202,7 +206,8 @@ impl Groups {
         self.run(broker, |core, _| core.leave(group_id, members, now)).0
     }
 
-    pub fn commit_offsets(
+    /// OffsetCommit; answered once the commit is replicated (see [`Written::replicated`]).
+    pub async fn commit_offsets(
         &self,
         broker: &Broker,
         group_id: &str,
@@ -213,8 +218,12 @@ impl Groups {
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         let now = broker.now_ms();
         let (out, persisted) = self.run(broker, |core, _| core.commit_offsets(group_id, member_id, instance_id, generation_id, commits, now));
-        match (out, persisted) {
-            (Ok(v), Err(_)) => Ok(v.into_iter().map(|e| e.or(Some(ResponseError::CoordinatorNotAvailable))).collect()),
+        let failed = match persisted {
+            Ok(written) => written.replicated(WRITE_TIMEOUT).await.err(),
+            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
+        };
+        match (out, failed) {
+            (Ok(v), Some(e)) => Ok(v.into_iter().map(|x| x.or(Some(e))).collect()),
             (out, _) => out,
         }
     }
@@ -241,11 +250,27 @@ impl Groups {
         let _ = self.run(broker, |core, _| core.tick(&topics, now));
     }
 
-    /// ConsumerGroupHeartbeat (KIP-848).
-    pub fn consumer_heartbeat(&self, broker: &Broker, group_id: &str, req: Heartbeat) -> HeartbeatReply {
+    /// ConsumerGroupHeartbeat (KIP-848); answered once what it changed in the group is
+    /// replicated, so that a member's epoch and assignment survive a coordinator move.
+    pub async fn consumer_heartbeat(&self, broker: &Broker, group_id: &str, req: Heartbeat) -> HeartbeatReply {
         let now = broker.now_ms();
         let topics = broker.partition_counts();
-        self.run(broker, |core, _| core.consumer_heartbeat(group_id, req, &topics, now)).0
+        let member_id = req.member_id.clone();
+        let (reply, persisted) = self.run(broker, |core, _| core.consumer_heartbeat(group_id, req, &topics, now));
+        let failed = match persisted {
+            Ok(written) => written.replicated(WRITE_TIMEOUT).await.err(),
+            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
+        };
+        match failed {
+            Some(e) if reply.error.is_none() => HeartbeatReply {
+                error: Some(e),
+                error_message: Some("the group's state could not be written".into()),
+                member_id,
+                member_epoch: -1,
+                assignment: None,
+            },
+            _ => reply,
+        }
     }
 
     /// Forgets committed offsets of a deleted topic (tombstones in `__consumer_offsets`).
@@ -285,10 +310,12 @@ impl Groups {
         configs
     }
 
-    /// Appends records, one uncompressed batch per `__consumer_offsets` partition.
-    fn persist(&self, broker: &Broker, records: &[CoordinatorRecord]) -> Result<(), GroupError> {
+    /// Appends records, one uncompressed batch per `__consumer_offsets` partition; returns
+    /// where each batch ends, for [`Written::replicated`].
+    fn persist(&self, broker: &Broker, records: &[CoordinatorRecord]) -> Result<Written, GroupError> {
+        let mut written = Written::default();
         if records.is_empty() {
-            return Ok(());
+            return Ok(written);
         }
         let topic = self.offsets_topic(broker)?;
         let partitions = topic.partitions.len() as i32;
@@ -307,7 +334,7 @@ impl Groups {
                 .iter()
                 .enumerate()
                 .map(|(i, r)| {
-                    let (key, value) = r.encode();
+                    let (key, value) = r.encode(&|t| broker.topic_id_of(t));
                     Record {
                         transactional: false,
                         control: false,
@@ -328,9 +355,10 @@ impl Groups {
             let mut buf = BytesMut::new();
             RecordBatchEncoder::encode(&mut buf, &batch, &RecordEncodeOptions { version: 2, compression: Compression::None })
                 .map_err(|e| GroupError::Encode(e.to_string()))?;
-            partition.append(buf.freeze(), now).map_err(|source| GroupError::Append { partition: p, source })?;
+            let appended = partition.append(buf.freeze(), now).map_err(|source| GroupError::Append { partition: p, source })?;
+            written.0.push((partition.clone(), appended.next_offset));
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Replays `__consumer_offsets` (if it exists) into the core. Called once before serving.
@@ -371,7 +399,7 @@ impl Groups {
                 for rec in set.records {
                     next = next.max(rec.offset + 1);
                     let Some(key) = rec.key.as_ref() else { continue };
-                    match CoordinatorRecord::decode(key, rec.value.as_deref()) {
+                    match CoordinatorRecord::decode(key, rec.value.as_deref(), &|id| broker.topic_name_of(id)) {
                         Ok(Some(r)) => {
                             inner.core.replay(r, now);
                             count += 1;
@@ -388,6 +416,32 @@ impl Groups {
         }
         let _ = inner.core.drain();
         Ok(count)
+    }
+}
+
+/// How long a coordinator write may take to be replicated before the request fails (Kafka's
+/// `offsets.commit.timeout.ms` default).
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Where the records of one coordinator call end, per `__consumer_offsets` partition.
+#[derive(Default)]
+pub struct Written(Vec<(Arc<crate::replication::Partition>, i64)>);
+
+impl Written {
+    /// Waits until every write is below its partition's high watermark, as Kafka's coordinator
+    /// answers only committed writes: an offset commit or a member's epoch acknowledged to a
+    /// client survives the loss of this broker. Errors as Kafka's coordinator maps them:
+    /// leadership gone is NOT_COORDINATOR, a timeout or too few replicas
+    /// COORDINATOR_NOT_AVAILABLE (both make the client find the coordinator and retry).
+    pub async fn replicated(&self, timeout: std::time::Duration) -> Result<(), ResponseError> {
+        for (partition, end) in &self.0 {
+            match partition.wait_replicated(*end, timeout).await {
+                Ok(()) => {}
+                Err(crate::replication::ReplicationWait::NotLeader) => return Err(ResponseError::NotCoordinator),
+                Err(_) => return Err(ResponseError::CoordinatorNotAvailable),
+            }
+        }
+        Ok(())
     }
 }
 

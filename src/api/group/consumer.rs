@@ -47,7 +47,7 @@ pub async fn consumer_group_heartbeat(ctx: &RequestContext, req: ConsumerGroupHe
         client_id: ctx.client_id.clone().unwrap_or_default(),
         client_host: ctx.client_host(),
     };
-    let r = ctx.broker.groups().consumer_heartbeat(&ctx.broker, &req.group_id, hb);
+    let r = ctx.broker.groups().consumer_heartbeat(&ctx.broker, &req.group_id, hb).await;
     let assignment = r.assignment.map(|parts| {
         consumer_group_heartbeat_response::Assignment::default().with_topic_partitions(
             group_by_topic(&parts)

@@ -44,7 +44,7 @@ pub async fn offset_commit(ctx: &RequestContext, req: OffsetCommitRequest) -> Of
             req.group_instance_id.as_deref(),
             req.generation_id_or_member_epoch,
             commits,
-        ),
+        ).await,
     };
     let mut decided = match &results {
         Ok(v) => v.clone().into_iter(),
