@@ -250,7 +250,11 @@ fn apply_response(leader: i32, partitions: &[Followed], response: FetchResponse)
                     let (epoch, end) = (pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset);
                     let local = p.end_offset_for_epoch(epoch);
                     let to = if end < 0 { p.high_watermark() } else { truncation_point(epoch, end, local, p.log_end_offset()) };
-                    tracing::info!(partition = ?p, leader, diverging_epoch = epoch, leader_end_offset = end, truncate_to = to, "log diverged from the leader's");
+                    // How much of its own log the follower gives up (offsets: records, unless
+                    // compaction removed some).
+                    let dropped = (p.log_end_offset() - to).max(0);
+                    tracing::info!(partition = ?p, leader, diverging_epoch = epoch, leader_end_offset = end, truncate_to = to, dropped_offsets = dropped,
+                        "log diverged from the leader's; dropping what the leader does not have");
                     p.truncate_to(to, now_ms())
                 }
                 0 => p.append_from_leader(pd.records.unwrap_or_default(), pd.high_watermark).and_then(|_| {
@@ -267,7 +271,8 @@ fn apply_response(leader: i32, partitions: &[Followed], response: FetchResponse)
                         tracing::info!(partition = ?p, leader, log_end_offset = leo, leader_log_start = pd.log_start_offset, "behind the leader's log start; starting over there");
                         p.restart_at(pd.log_start_offset)
                     } else {
-                        tracing::info!(partition = ?p, leader, log_end_offset = leo, leader_high_watermark = pd.high_watermark, "ahead of the leader's log; truncating to its high watermark");
+                        tracing::info!(partition = ?p, leader, log_end_offset = leo, leader_high_watermark = pd.high_watermark,
+                            dropped_offsets = (leo - pd.high_watermark.max(p.log_start_offset())).max(0), "ahead of the leader's log; truncating to its high watermark");
                         p.truncate_to(pd.high_watermark.max(p.log_start_offset()), now_ms())
                     }
                 }
