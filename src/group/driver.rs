@@ -186,10 +186,7 @@ impl Groups {
             },
         };
         // Kafka fails the leader's SyncGroup when the assignment could not be written.
-        let failed = match persisted {
-            Ok(written) => written.replicated(WRITE_TIMEOUT).await.err(),
-            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
-        };
+        let failed = settled(persisted).await;
         match failed {
             Some(e) if reply.error.is_none() => SyncReply::error(e),
             _ => reply,
@@ -218,10 +215,7 @@ impl Groups {
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         let now = broker.now_ms();
         let (out, persisted) = self.run(broker, |core, _| core.commit_offsets(group_id, member_id, instance_id, generation_id, commits, now));
-        let failed = match persisted {
-            Ok(written) => written.replicated(WRITE_TIMEOUT).await.err(),
-            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
-        };
+        let failed = settled(persisted).await;
         match (out, failed) {
             (Ok(v), Some(e)) => Ok(v.into_iter().map(|x| x.or(Some(e))).collect()),
             (out, _) => out,
@@ -257,10 +251,7 @@ impl Groups {
         let topics = broker.partition_counts();
         let member_id = req.member_id.clone();
         let (reply, persisted) = self.run(broker, |core, _| core.consumer_heartbeat(group_id, req, &topics, now));
-        let failed = match persisted {
-            Ok(written) => written.replicated(WRITE_TIMEOUT).await.err(),
-            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
-        };
+        let failed = settled(persisted).await;
         match failed {
             Some(e) if reply.error.is_none() => HeartbeatReply {
                 error: Some(e),
@@ -442,6 +433,16 @@ impl Written {
             }
         }
         Ok(())
+    }
+}
+
+/// Why a call's writes did not become durable, if they did not: not appended
+/// (COORDINATOR_NOT_AVAILABLE, as Kafka answers a failed write), or not replicated in time
+/// ([`Written::replicated`]).
+async fn settled(persisted: Result<Written, GroupError>) -> Option<ResponseError> {
+    match persisted {
+        Ok(written) => written.replicated(WRITE_TIMEOUT).await.err(),
+        Err(_) => Some(ResponseError::CoordinatorNotAvailable),
     }
 }
 
