@@ -54,6 +54,8 @@
 use std::collections::BTreeMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::codec::{put_bytes, put_compact_str, put_opt_str, put_str, put_uvarint, Reader};
 use uuid::Uuid;
 
 /// A committed offset as stored.
@@ -217,7 +219,7 @@ impl CoordinatorRecord {
     /// Decodes a record read back from the log. `Ok(None)`: a record type sluice does not load.
     /// `topic_name` maps the topic ids of KIP-848 assignments back to names.
     pub fn decode(key: &[u8], value: Option<&[u8]>, topic_name: &dyn Fn(Uuid) -> Option<String>) -> Result<Option<CoordinatorRecord>, String> {
-        let mut k = Reader(key);
+        let mut k = Reader::new(key);
         let version = k.i16()?;
         match version {
             3 | 6 => {
@@ -239,7 +241,7 @@ impl CoordinatorRecord {
                 let partitions = value
                     .map(|v| {
                         let mut r = flexible_value(v, "ConsumerGroupTargetAssignmentMemberValue")?;
-                        let p = r.topic_partitions(topic_name)?;
+                        let p = topic_partitions(&mut r, topic_name)?;
                         r.skip_tagged_fields()?;
                         Ok::<_, String>(p)
                     })
@@ -254,8 +256,8 @@ impl CoordinatorRecord {
                         let member_epoch = r.i32()?;
                         let previous_member_epoch = r.i32()?;
                         let state = r.take(1)?[0] as i8;
-                        let assigned = r.topic_partitions(topic_name)?;
-                        let pending_revocation = r.topic_partitions(topic_name)?;
+                        let assigned = topic_partitions(&mut r, topic_name)?;
+                        let pending_revocation = topic_partitions(&mut r, topic_name)?;
                         r.skip_tagged_fields()?;
                         Ok::<_, String>(CurrentAssignmentValue { member_epoch, previous_member_epoch, state, assigned, pending_revocation })
                     })
@@ -319,28 +321,9 @@ fn put_topic_partitions(b: &mut BytesMut, parts: &NamedPartitions, topic_id: &dy
     }
 }
 
-fn put_uvarint(b: &mut BytesMut, mut v: u32) {
-    while v >= 0x80 {
-        b.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    b.put_u8(v as u8);
-}
-
-fn put_compact_str(b: &mut BytesMut, s: Option<&str>) {
-    match s {
-        Some(s) => {
-            let s = &s.as_bytes()[..s.len().min(i16::MAX as usize)];
-            put_uvarint(b, s.len() as u32 + 1);
-            b.put_slice(s);
-        }
-        None => put_uvarint(b, 0),
-    }
-}
-
 /// A flexible version-0 value's reader, past its version.
 fn flexible_value<'a>(value: &'a [u8], name: &str) -> Result<Reader<'a>, String> {
-    let mut r = Reader(value);
+    let mut r = Reader::new(value);
     let version = r.i16()?;
     if version != 0 {
         return Err(format!("{name} version {version} is not readable (0 is)"));
@@ -380,26 +363,6 @@ fn decode_member_value(value: &[u8]) -> Result<ConsumerMemberValue, String> {
         rebalance_timeout_ms,
         server_assignor,
     })
-}
-
-fn put_str(b: &mut BytesMut, s: &str) {
-    // Callers bound strings well below i16::MAX (group ids and topics come from decoded requests,
-    // whose strings are i16-length-prefixed on the wire too).
-    let s = &s.as_bytes()[..s.len().min(i16::MAX as usize)];
-    b.put_i16(s.len() as i16);
-    b.put_slice(s);
-}
-
-fn put_opt_str(b: &mut BytesMut, s: Option<&str>) {
-    match s {
-        Some(s) => put_str(b, s),
-        None => b.put_i16(-1),
-    }
-}
-
-fn put_bytes(b: &mut BytesMut, v: &[u8]) {
-    b.put_i32(v.len() as i32);
-    b.put_slice(v);
 }
 
 fn encode_offset_value(v: &OffsetValue) -> Bytes {
@@ -445,113 +408,9 @@ fn encode_group_value(v: &GroupValue) -> Bytes {
     b.freeze()
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
-        if self.0.len() < n {
-            return Err(format!("need {n} bytes, {} left", self.0.len()));
-        }
-        let (head, tail) = self.0.split_at(n);
-        self.0 = tail;
-        Ok(head)
-    }
-    fn i16(&mut self) -> Result<i16, String> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32, String> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn i64(&mut self) -> Result<i64, String> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(i64::from_be_bytes(a))
-    }
-    fn opt_string(&mut self) -> Result<Option<String>, String> {
-        let n = self.i16()?;
-        if n < 0 {
-            return Ok(None);
-        }
-        let b = self.take(n as usize)?;
-        String::from_utf8(b.to_vec()).map(Some).map_err(|e| format!("string is not UTF-8: {e}"))
-    }
-    fn string(&mut self) -> Result<String, String> {
-        Ok(self.opt_string()?.unwrap_or_default())
-    }
-    /// An unsigned varint of at most 5 bytes (flexible versions' lengths and tags).
-    fn uvarint(&mut self) -> Result<u32, String> {
-        let mut v: u32 = 0;
-        for i in 0..5 {
-            let b = self.take(1)?[0];
-            v |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("varint longer than 5 bytes".into())
-    }
-    /// A compact string (length + 1 as a varint; 0 = null, read as empty).
-    fn compact_string(&mut self) -> Result<String, String> {
-        Ok(self.compact_opt_string()?.unwrap_or_default())
-    }
-    fn compact_opt_string(&mut self) -> Result<Option<String>, String> {
-        let n = self.uvarint()?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let b = self.take(n as usize - 1)?;
-        String::from_utf8(b.to_vec()).map(Some).map_err(|e| format!("string is not UTF-8: {e}"))
-    }
-    /// A compact array's length (a null array reads as empty), bounded by the bytes left so a
-    /// corrupt length cannot make the reader allocate.
-    fn compact_len(&mut self) -> Result<usize, String> {
-        let n = self.uvarint()?.saturating_sub(1) as usize;
-        if n > self.0.len() {
-            return Err(format!("array of {n} elements in {} bytes", self.0.len()));
-        }
-        Ok(n)
-    }
-    /// `[topicId uuid | partitions [i32] | tagged fields]`, by topic name; topics `topic_name`
-    /// does not know (deleted since) are left out.
-    fn topic_partitions(&mut self, topic_name: &dyn Fn(Uuid) -> Option<String>) -> Result<NamedPartitions, String> {
-        let mut out = NamedPartitions::new();
-        for _ in 0..self.compact_len()? {
-            let id = Uuid::from_slice(self.take(16)?).map_err(|e| e.to_string())?;
-            let n = self.compact_len()?;
-            let mut ps = Vec::with_capacity(n.min(self.0.len() / 4));
-            for _ in 0..n {
-                ps.push(self.i32()?);
-            }
-            self.skip_tagged_fields()?;
-            if let Some(name) = topic_name(id) {
-                out.entry(name).or_default().extend(ps);
-            }
-        }
-        Ok(out)
-    }
-    /// Passes over a tagged-field section (none of the tagged fields is needed).
-    fn skip_tagged_fields(&mut self) -> Result<(), String> {
-        for _ in 0..self.uvarint()? {
-            let _tag = self.uvarint()?;
-            let size = self.uvarint()?;
-            self.take(size as usize)?;
-        }
-        Ok(())
-    }
-    fn bytes(&mut self) -> Result<Bytes, String> {
-        let n = self.i32()?;
-        if n < 0 {
-            return Ok(Bytes::new());
-        }
-        Ok(Bytes::copy_from_slice(self.take(n as usize)?))
-    }
-}
 
 fn decode_offset_value(value: &[u8]) -> Result<OffsetValue, String> {
-    let mut r = Reader(value);
+    let mut r = Reader::new(value);
     let version = r.i16()?;
     let offset = r.i64()?;
     if !(0..=4).contains(&version) {
@@ -570,7 +429,7 @@ fn decode_offset_value(value: &[u8]) -> Result<OffsetValue, String> {
 }
 
 fn decode_group_value(value: &[u8]) -> Result<GroupValue, String> {
-    let mut r = Reader(value);
+    let mut r = Reader::new(value);
     let version = r.i16()?;
     if !(0..=3).contains(&version) {
         return Err(format!("GroupMetadataValue version {version} is not readable (0-3 are)"));
@@ -603,6 +462,25 @@ fn decode_group_value(value: &[u8]) -> Result<GroupValue, String> {
         });
     }
     Ok(GroupValue { protocol_type, generation_id, protocol, leader, current_state_timestamp, members })
+}
+
+/// `[topicId uuid | partitions [i32] | tagged fields]`, by topic name; topics `topic_name`
+/// does not know (deleted since) are left out.
+fn topic_partitions(r: &mut Reader, topic_name: &dyn Fn(Uuid) -> Option<String>) -> Result<NamedPartitions, String> {
+    let mut out = NamedPartitions::new();
+    for _ in 0..r.compact_len()? {
+        let id = Uuid::from_slice(r.take(16)?).map_err(|e| e.to_string())?;
+        let n = r.compact_len()?;
+        let mut ps = Vec::with_capacity(n.min(r.remaining() / 4));
+        for _ in 0..n {
+            ps.push(r.i32()?);
+        }
+        r.skip_tagged_fields()?;
+        if let Some(name) = topic_name(id) {
+            out.entry(name).or_default().extend(ps);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,0 +1,11 @@
+//! Transactions (KIP-98, with transactions v2 of KIP-890): the pieces of the transaction
+//! coordinator that are independent of I/O.
+//!
+//! - [`state`]: a transaction's states at its coordinator and which may follow which.
+//! - [`records`]: the records of `__transaction_state`, in Kafka's schemas.
+//!
+//! Nothing here is served yet: a transactional producer is still refused (see
+//! `api::producer_id`).
+
+pub mod records;
+pub mod state;
