@@ -1,5 +1,5 @@
 //! One transactional id at its coordinator, and the coordinator's decisions on it: what
-//! InitProducerId and AddPartitionsToTxn answer or write, and each state transition a
+//! InitProducerId, AddPartitionsToTxn and EndTxn answer or write, and each state transition a
 //! transaction goes through (Kafka's `TransactionMetadata` and the checks of its
 //! `TransactionCoordinator`). Pure: the driver writes each [`Txn`] to
 //! `__transaction_state` and applies it with [`TxnMetadata::complete`] once replicated.
@@ -18,7 +18,11 @@
 //! InitProducerId bumps the epoch (fencing the previous producer with the id). With the
 //! producer's current id and epoch given (a producer recovering from an error), a match bumps
 //! it, the epoch before it is a retry of a bump that succeeded (answered again, not bumped), and
-//! anything else is PRODUCER_FENCED. Under transactions v2 every EndTxn bumps the epoch once more.
+//! anything else is PRODUCER_FENCED. Under transactions v2 every EndTxn bumps the epoch once more,
+//! so a late marker or produce of one transaction cannot land in the next; a retried EndTxn is
+//! known by its epoch being one behind, and a v2 client may abort a transaction that never
+//! began. An InitProducerId that finds a transaction ongoing fences its producer: the
+//! coordinator aborts it at a bumped epoch, written with the abort (not on its own).
 
 use std::collections::BTreeSet;
 
@@ -47,7 +51,10 @@ pub struct TxnMetadata {
     /// Its transaction as last written.
     pub txn: Txn,
     pending: Option<TxnState>,
-    /// The last epoch fence was prepared but not written: the next one does not bump again.
+    /// The abort being written is an epoch fence's.
+    fence_in_flight: bool,
+    /// The last epoch fence's abort was not written: the next fence does not bump again (the
+    /// bumped epoch was never given to anyone).
     failed_epoch_fence: bool,
 }
 
@@ -103,9 +110,10 @@ pub enum InitDecision {
     Refuse(ResponseError),
     /// Write this; once written, answer with its producer id and epoch.
     Write(Txn),
-    /// A transaction is ongoing: write this epoch fence, then abort that transaction, and
-    /// answer CONCURRENT_TRANSACTIONS so that the client asks again once it is aborted.
-    FenceAndAbort(Txn),
+    /// A transaction is ongoing: the coordinator aborts it at this fenced epoch (its own
+    /// [`TxnMetadata::end_txn`], not from the client) and answers CONCURRENT_TRANSACTIONS, so
+    /// that the client asks again once it is aborted. The fence itself is not written.
+    FenceAndAbort(i16),
 }
 
 /// What an AddPartitionsToTxn (or the implicit add of a v2 Produce) gets.
@@ -115,6 +123,18 @@ pub enum AddDecision {
     /// The partitions are in the ongoing transaction already.
     AlreadyIn,
     /// Write this; once written, answer NONE.
+    Write(Txn),
+}
+
+/// What an EndTxn gets (or the coordinator's own abort of a fenced or timed-out transaction).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndDecision {
+    Refuse(ResponseError),
+    /// The transaction already ended this way (a retry): NONE, with the current producer id and
+    /// epoch.
+    Done,
+    /// Write this (`PrepareCommit` or `PrepareAbort`); once written, answer NONE with its
+    /// producer id and epoch, and write the markers.
     Write(Txn),
 }
 
@@ -151,6 +171,7 @@ impl TxnMetadata {
                 client_version: 0,
             },
             pending: None,
+            fence_in_flight: false,
             failed_epoch_fence: false,
         }
     }
@@ -173,6 +194,7 @@ impl TxnMetadata {
                 client_version: v.client_transaction_version,
             },
             pending: None,
+            fence_in_flight: false,
             failed_epoch_fence: false,
         }
     }
@@ -326,12 +348,14 @@ impl TxnMetadata {
         }
         self.txn = t.clone();
         self.pending = None;
+        self.fence_in_flight = false;
         Ok(())
     }
 
     /// The pending transition's record could not be written: the state stays as it was.
     pub fn abandon(&mut self) {
-        if self.pending.take() == Some(TxnState::PrepareEpochFence) {
+        self.pending = None;
+        if std::mem::take(&mut self.fence_in_flight) {
             self.failed_epoch_fence = true;
         }
     }
@@ -365,13 +389,88 @@ impl TxnMetadata {
             }
             // The ongoing transaction is aborted under a fenced epoch first; the client's retry
             // then bumps again (and gets a new producer id if the fence used the last epoch).
-            TxnState::Ongoing => return self.prepare_fence_epoch().map_or_else(InitDecision::Refuse, InitDecision::FenceAndAbort),
+            TxnState::Ongoing => {
+                return self.prepare_fence_epoch().map_or_else(InitDecision::Refuse, |t| InitDecision::FenceAndAbort(t.producer_epoch))
+            }
             TxnState::Dead | TxnState::PrepareEpochFence => {
                 tracing::error!(transactional_id = %self.transactional_id, state = ?self.txn.state, "InitProducerId found a state it can never see");
                 return InitDecision::Refuse(ResponseError::UnknownServerError);
             }
         };
         decided.map_or_else(InitDecision::Refuse, InitDecision::Write)
+    }
+
+    /// EndTxn for this id from producer `producer_id` at `epoch`: `commit` or abort.
+    /// `from_client` is false for the coordinator's own aborts (an epoch fence, a timeout),
+    /// which may carry a newer epoch than the client's. `client_version` is the transaction
+    /// version the request speaks (2: the epoch is bumped by every end, KIP-890);
+    /// `new_producer_id` hands out the producer id the client moves to when that bump uses up
+    /// the epochs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn end_txn(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        from_client: bool,
+        client_version: i16,
+        new_producer_id: impl FnOnce() -> i64,
+        now_ms: i64,
+    ) -> EndDecision {
+        use TxnState::*;
+        let fencing = self.pending == Some(PrepareEpochFence);
+        let current = self.txn.producer_epoch;
+        // The transaction as written is a v2 one: the epoch it holds is one past the client's
+        // after an end, so the same epoch again means the next transaction.
+        let v2 = !fencing && self.txn.client_version >= 2;
+        let retry_after_bump = v2 && i32::from(current) == i32::from(epoch) + 1;
+        let retry_after_rotation = v2 && self.txn.previous_producer_id == producer_id && epoch == i16::MAX - 1 && current == 0;
+        let epoch_ok = if v2 {
+            match self.txn.state {
+                Ongoing | Empty | Dead | PrepareEpochFence => epoch == current,
+                PrepareCommit | PrepareAbort => retry_after_bump,
+                // Also an abort at the current epoch: a v2 client that does not know whether
+                // its transaction ended may abort again.
+                CompleteCommit | CompleteAbort => retry_after_bump || retry_after_rotation || (!commit && epoch == current),
+            }
+        } else {
+            (!from_client || epoch == current) && epoch >= current
+        };
+        if producer_id != self.txn.producer_id && !retry_after_rotation {
+            return EndDecision::Refuse(ResponseError::InvalidProducerIdMapping);
+        }
+        if !epoch_ok {
+            return EndDecision::Refuse(ResponseError::ProducerFenced);
+        }
+        if self.pending.is_some() && !fencing {
+            return EndDecision::Refuse(ResponseError::ConcurrentTransactions);
+        }
+        let (next, nothing_added) = match (self.txn.state, commit) {
+            (Ongoing, _) => (if commit { PrepareCommit } else { PrepareAbort }, false),
+            (CompleteCommit, true) | (CompleteAbort, false) if retry_after_bump || retry_after_rotation || !v2 => return EndDecision::Done,
+            (Empty | CompleteCommit | CompleteAbort, false) if client_version >= 2 => (PrepareAbort, true),
+            (PrepareCommit, true) | (PrepareAbort, false) => return EndDecision::Refuse(ResponseError::ConcurrentTransactions),
+            (Dead | PrepareEpochFence, _) => {
+                tracing::error!(transactional_id = %self.transactional_id, state = ?self.txn.state, "EndTxn found a state it can never see");
+                return EndDecision::Refuse(ResponseError::UnknownServerError);
+            }
+            _ => {
+                tracing::debug!(transactional_id = %self.transactional_id, state = ?self.txn.state, commit, "EndTxn in a state that cannot end that way");
+                return EndDecision::Refuse(ResponseError::InvalidTxnState);
+            }
+        };
+        let next_producer_id = if client_version >= 2 && !fencing && epoch_exhausted(current) { new_producer_id() } else { NO_PRODUCER_ID };
+        if fencing {
+            // The fence is not written on its own: the abort carries the fenced epoch.
+            if commit {
+                return EndDecision::Refuse(ResponseError::ConcurrentTransactions);
+            }
+            self.pending = None;
+            self.fence_in_flight = true;
+            self.txn.producer_epoch = epoch;
+            self.txn.last_producer_epoch = NO_PRODUCER_EPOCH;
+        }
+        self.prepare_end(next, client_version, next_producer_id, now_ms, nothing_added).map_or_else(EndDecision::Refuse, EndDecision::Write)
     }
 
     /// AddPartitionsToTxn for this id from producer `producer_id` at `epoch`.

@@ -13,10 +13,7 @@ fn parts(list: &[(&str, i32)]) -> BTreeSet<TxnPartition> {
 
 /// Applies a decision's transition as the driver does once its record is written.
 fn written(meta: &mut TxnMetadata, decision: InitDecision) -> Txn {
-    let t = match decision {
-        InitDecision::Write(t) | InitDecision::FenceAndAbort(t) => t,
-        InitDecision::Refuse(e) => panic!("refused with {e:?}"),
-    };
+    let InitDecision::Write(t) = decision else { panic!("not a write: {decision:?}") };
     meta.complete(&t).unwrap();
     t
 }
@@ -89,19 +86,79 @@ fn an_id_whose_epochs_ran_out_gets_a_new_producer_id_at_epoch_0() {
 }
 
 #[test]
-fn init_while_a_transaction_is_ongoing_fences_the_epoch_to_abort_it() {
+fn init_while_a_transaction_is_ongoing_aborts_it_at_a_fenced_epoch() {
     let mut meta = ongoing(7);
-    let InitDecision::FenceAndAbort(t) = meta.init_producer_id(TIMEOUT, None, || unreachable!(), 20) else { panic!() };
-    assert_eq!((t.state, t.producer_epoch), (TxnState::PrepareEpochFence, 1));
-    // The fence's write fails: the next fence does not bump a second time.
+    let InitDecision::FenceAndAbort(fenced) = meta.init_producer_id(TIMEOUT, None, || unreachable!(), 20) else { panic!() };
+    assert_eq!(fenced, 1);
+    // The old producer's commit meanwhile is not taken.
+    assert_eq!(meta.end_txn(7, 0, true, true, 2, || unreachable!(), 21), EndDecision::Refuse(ResponseError::ConcurrentTransactions));
+    // The coordinator's abort carries the fenced epoch; its write fails.
+    let EndDecision::Write(abort) = meta.end_txn(7, fenced, false, false, 2, || unreachable!(), 21) else { panic!() };
+    assert_eq!((abort.state, abort.producer_epoch), (TxnState::PrepareAbort, 2));
     meta.abandon();
-    assert_eq!((meta.txn.state, meta.txn.producer_epoch), (TxnState::Ongoing, 0));
-    let InitDecision::FenceAndAbort(t) = meta.init_producer_id(TIMEOUT, None, || unreachable!(), 21) else { panic!() };
+    // The next fence does not bump again: the bumped epoch was never handed out.
+    let InitDecision::FenceAndAbort(again) = meta.init_producer_id(TIMEOUT, None, || unreachable!(), 22) else { panic!() };
+    assert_eq!(again, 1);
+    let EndDecision::Write(abort) = meta.end_txn(7, again, false, false, 2, || unreachable!(), 23) else { panic!() };
+    meta.complete(&abort).unwrap();
+    // The old producer, at epoch 0, is fenced from now on.
+    assert_eq!(meta.end_txn(7, 0, false, true, 2, || unreachable!(), 24), EndDecision::Refuse(ResponseError::ProducerFenced));
+}
+
+#[test]
+fn a_v2_commit_bumps_the_epoch_and_its_retries_are_answered_as_kafka_does() {
+    let mut meta = ongoing(7);
+    let EndDecision::Write(t) = meta.end_txn(7, 0, true, true, 2, || unreachable!(), 30) else { panic!() };
+    assert_eq!((t.state, t.producer_epoch), (TxnState::PrepareCommit, 1));
+    meta.complete(&t).unwrap();
+    // A retry while the markers are written: CONCURRENT_TRANSACTIONS; an abort now: INVALID_TXN_STATE.
+    assert_eq!(meta.end_txn(7, 0, true, true, 2, || unreachable!(), 31), EndDecision::Refuse(ResponseError::ConcurrentTransactions));
+    assert_eq!(meta.end_txn(7, 0, false, true, 2, || unreachable!(), 31), EndDecision::Refuse(ResponseError::InvalidTxnState));
+    let t = meta.prepare_complete(32).unwrap();
+    meta.complete(&t).unwrap();
+    // Once complete, the retry is answered NONE; the old epoch cannot start anything.
+    assert_eq!(meta.end_txn(7, 0, true, true, 2, || unreachable!(), 33), EndDecision::Done);
+    assert_eq!(meta.end_txn(7, 1, true, true, 2, || unreachable!(), 33), EndDecision::Refuse(ResponseError::ProducerFenced));
+    // Another producer id is not this transactional id's.
+    assert_eq!(meta.end_txn(8, 1, false, true, 2, || unreachable!(), 33), EndDecision::Refuse(ResponseError::InvalidProducerIdMapping));
+}
+
+#[test]
+fn a_v2_client_may_abort_a_transaction_that_never_began_a_v1_client_may_not() {
+    let mut meta = initialized(7);
+    assert_eq!(meta.end_txn(7, 0, false, true, 1, || unreachable!(), 5), EndDecision::Refuse(ResponseError::InvalidTxnState));
+    assert_eq!(meta.end_txn(7, 0, true, true, 2, || unreachable!(), 5), EndDecision::Refuse(ResponseError::InvalidTxnState));
+    let EndDecision::Write(t) = meta.end_txn(7, 0, false, true, 2, || unreachable!(), 5) else { panic!() };
+    assert_eq!((t.state, t.start_ms, t.producer_epoch), (TxnState::PrepareAbort, 5, 1));
+}
+
+#[test]
+fn a_v1_end_keeps_the_epoch_and_a_completed_one_is_answered_again() {
+    let mut meta = initialized(7);
+    let AddDecision::Write(t) = meta.add_partitions(7, 0, &parts(&[("a", 0)]), 10, 1) else { panic!() };
+    meta.complete(&t).unwrap();
+    assert_eq!(meta.end_txn(7, 1, false, true, 1, || unreachable!(), 11), EndDecision::Refuse(ResponseError::ProducerFenced));
+    let EndDecision::Write(t) = meta.end_txn(7, 0, false, true, 1, || unreachable!(), 11) else { panic!() };
     assert_eq!(t.producer_epoch, 0);
     meta.complete(&t).unwrap();
-    // The abort that follows is prepared from the fenced state.
-    let abort = meta.prepare_end(TxnState::PrepareAbort, 2, NO_PRODUCER_ID, 22, false).unwrap();
-    assert_eq!(abort.state, TxnState::PrepareAbort);
+    let t = meta.prepare_complete(12).unwrap();
+    meta.complete(&t).unwrap();
+    assert_eq!(meta.end_txn(7, 0, false, true, 1, || unreachable!(), 13), EndDecision::Done);
+    assert_eq!(meta.end_txn(7, 0, true, true, 1, || unreachable!(), 13), EndDecision::Refuse(ResponseError::InvalidTxnState));
+}
+
+#[test]
+fn a_v2_end_that_uses_the_last_epoch_hands_out_the_next_producer_id() {
+    let mut meta = ongoing(7);
+    meta.txn.producer_epoch = i16::MAX - 1;
+    let EndDecision::Write(t) = meta.end_txn(7, i16::MAX - 1, true, true, 2, || 9, 40) else { panic!() };
+    assert_eq!((t.producer_epoch, t.next_producer_id), (i16::MAX, 9));
+    meta.complete(&t).unwrap();
+    let t = meta.prepare_complete(41).unwrap();
+    meta.complete(&t).unwrap();
+    assert_eq!((meta.txn.producer_id, meta.txn.producer_epoch, meta.txn.previous_producer_id), (9, 0, 7));
+    // The client's retry, with the old id at the last epoch, is the same end: NONE.
+    assert_eq!(meta.end_txn(7, i16::MAX - 1, true, true, 2, || unreachable!(), 42), EndDecision::Done);
 }
 
 #[test]
@@ -125,40 +182,6 @@ fn adding_partitions_checks_the_producer_then_begins_or_extends_the_transaction(
     let AddDecision::Write(t) = meta.add_partitions(7, 0, &parts(&[("b", 1)]), 7, 2) else { panic!() };
     assert_eq!(t.start_ms, 5, "the transaction began with its first partition");
     assert_eq!(t.partitions, parts(&[("a", 0), ("b", 1)]));
-}
-
-#[test]
-fn a_v2_end_bumps_the_epoch_and_completing_clears_the_partitions() {
-    let mut meta = ongoing(7);
-    let t = meta.prepare_end(TxnState::PrepareCommit, 2, NO_PRODUCER_ID, 30, false).unwrap();
-    assert_eq!((t.producer_epoch, t.last_producer_epoch), (1, 0));
-    meta.complete(&t).unwrap();
-    // A produce or marker of the committed transaction carries epoch 0 and is now stale.
-    assert_eq!(meta.add_partitions(7, 0, &parts(&[("a", 0)]), 31, 2), AddDecision::Refuse(ResponseError::ProducerFenced));
-    let t = meta.prepare_complete(32).unwrap();
-    meta.complete(&t).unwrap();
-    assert_eq!((meta.txn.state, meta.txn.producer_epoch, meta.txn.partitions.len()), (TxnState::CompleteCommit, 1, 0));
-}
-
-#[test]
-fn a_v1_end_keeps_the_epoch() {
-    let mut meta = initialized(7);
-    let AddDecision::Write(t) = meta.add_partitions(7, 0, &parts(&[("a", 0)]), 10, 1) else { panic!() };
-    meta.complete(&t).unwrap();
-    let t = meta.prepare_end(TxnState::PrepareAbort, 1, NO_PRODUCER_ID, 11, false).unwrap();
-    assert_eq!(t.producer_epoch, 0);
-}
-
-#[test]
-fn a_v2_end_that_uses_the_last_epoch_moves_the_client_to_its_next_producer_id() {
-    let mut meta = ongoing(7);
-    meta.txn.producer_epoch = i16::MAX - 1;
-    let t = meta.prepare_end(TxnState::PrepareCommit, 2, 9, 40, false).unwrap();
-    assert_eq!((t.producer_epoch, t.next_producer_id), (i16::MAX, 9));
-    meta.complete(&t).unwrap();
-    let t = meta.prepare_complete(41).unwrap();
-    meta.complete(&t).unwrap();
-    assert_eq!((meta.txn.producer_id, meta.txn.producer_epoch, meta.txn.next_producer_id), (9, 0, NO_PRODUCER_ID));
 }
 
 #[test]

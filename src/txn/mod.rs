@@ -4,7 +4,7 @@
 //! - [`state`]: a transaction's states at its coordinator and which may follow which.
 //! - [`records`]: the records of `__transaction_state`, in Kafka's schemas.
 //! - [`metadata`]: one transactional id at its coordinator: InitProducerId's and
-//!   AddPartitionsToTxn's decisions and each transition, written before it counts.
+//!   AddPartitionsToTxn's and EndTxn's decisions and each transition, written before it counts.
 //!
 //! Nothing here is served yet: a transactional producer is still refused (see
 //! `api::producer_id`).
