@@ -2,5 +2,6 @@
 //! record-batch header view. Message types come from the `kafka-protocol` crate.
 pub mod codec;
 pub mod compression;
+pub mod control;
 pub mod frame;
 pub mod record_batch;
