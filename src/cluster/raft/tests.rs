@@ -67,6 +67,20 @@ impl Cluster {
         }
     }
 
+    /// Proposes through the leader, finding it again while an election (after restarts) moves
+    /// the leadership.
+    async fn propose_on_leader(&self, records: Vec<VersionedRecord>) -> i64 {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let leader = self.leader().await;
+            match self.nodes[&leader].propose(records.clone()).await {
+                Ok(offset) => return offset,
+                Err(e) => assert!(tokio::time::Instant::now() < deadline, "no leader took the proposal: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits until every running voter's image has the topic.
     async fn everyone_has(&self, topic: &str) {
         let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -160,8 +174,7 @@ async fn every_voter_restarts_from_its_files_into_the_same_image() {
     for id in 1..=3 {
         c.restart(id).await;
     }
-    let leader = c.leader().await;
-    c.nodes[&leader].propose(new_topic("again", 1)).await.unwrap();
+    c.propose_on_leader(new_topic("again", 1)).await;
     c.everyone_has("again").await;
     for (id, q) in &c.nodes {
         let image = q.image().borrow().clone();
