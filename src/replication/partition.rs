@@ -83,6 +83,8 @@ pub enum AppendError {
     OutOfOrderSequence,
     #[error("unknown producer id")]
     UnknownProducerId,
+    #[error("a non-transactional write from a producer whose transaction is ongoing")]
+    InvalidTxnState,
     #[error("corrupt record batch: {0}")]
     Corrupt(String),
     #[error("{0}")]
@@ -557,6 +559,7 @@ impl Partition {
                 SequenceCheck::InvalidProducerEpoch => return Err(AppendError::InvalidProducerEpoch),
                 SequenceCheck::OutOfOrderSequence => return Err(AppendError::OutOfOrderSequence),
                 SequenceCheck::UnknownProducerId => return Err(AppendError::UnknownProducerId),
+                SequenceCheck::InvalidTxnState => return Err(AppendError::InvalidTxnState),
             }
         }
         let active_before = st.log.active_base_offset();

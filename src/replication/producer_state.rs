@@ -14,9 +14,22 @@
 //!   that old is forgotten ([`ProducerStateTable::remove_expired`]); if it comes back with a
 //!   sequence other than 0 it gets UNKNOWN_PRODUCER_ID and resets, as with Kafka. This bounds
 //!   the table by the producers of the last expiration window, and lets startup skip segments
-//!   whose batches are all that old.
+//!   whose batches are all that old. A producer in a transaction does not expire.
+//!
+//! # Transactions
+//! A producer's first transactional batch begins its transaction here (its first offset); a
+//! marker ([`ProducerStateTable::record_marker`]) ends it and returns it as a
+//! [`CompletedTxn`]. Until the high watermark passes the marker the transaction stays unstable:
+//! the first unstable offset ([`ProducerStateTable::first_unstable_offset`]) is the first offset
+//! of the oldest transaction that is ongoing or whose marker is not yet replicated, and the last
+//! stable offset (what read_committed consumers may read up to) is that or the high watermark,
+//! whichever is lower. A non-transactional batch from a producer in a transaction is refused
+//! (INVALID_TXN_STATE), as is a marker from an older epoch (INVALID_PRODUCER_EPOCH) or from a
+//! coordinator older than the last one seen (TRANSACTION_COORDINATOR_FENCED).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::protocol::control::{EndMarker, MarkerKind};
 
 use crate::protocol::record_batch::BatchHeader;
 
@@ -42,12 +55,45 @@ struct CachedBatch {
     last_offset: i64,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<CachedBatch>,
     /// Max timestamp of the producer's last batch (Kafka's `lastTimestamp`).
     last_timestamp: i64,
+    /// The first offset of its ongoing transaction in this partition.
+    txn_first_offset: Option<i64>,
+    /// The coordinator epoch of its last marker (-1 before any).
+    coordinator_epoch: i32,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> Self {
+        ProducerEntry { epoch: 0, batches: VecDeque::new(), last_timestamp: 0, txn_first_offset: None, coordinator_epoch: -1 }
+    }
+}
+
+/// A transaction of one producer that a marker ended in this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    /// Its first batch's offset (the marker's own offset if it had none here).
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
+    /// The last stable offset when it ended: the first offset of the oldest other transaction
+    /// still open then, or the marker's offset + 1 (what Kafka's aborted-transaction index keeps).
+    pub last_stable_offset: i64,
+}
+
+/// Why a marker is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerError {
+    /// The marker's producer epoch is older than the producer's (Kafka code 47).
+    InvalidProducerEpoch,
+    /// The marker comes from a coordinator older than the last one seen (Kafka code 52).
+    CoordinatorFenced,
 }
 
 /// The verdict on one incoming batch.
@@ -63,6 +109,8 @@ pub enum SequenceCheck {
     OutOfOrderSequence,
     /// A producer the partition has no state for, not starting at sequence 0 (Kafka code 59).
     UnknownProducerId,
+    /// A non-transactional batch from a producer whose transaction is ongoing (Kafka code 48).
+    InvalidTxnState,
 }
 
 /// One producer's state as DescribeProducers reports it.
@@ -79,6 +127,11 @@ pub struct ActiveProducer {
 #[derive(Debug, Default)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// Ongoing transactions: first offset -> producer id.
+    ongoing: BTreeMap<i64, i64>,
+    /// Ended transactions whose marker is not yet below the high watermark: first offset ->
+    /// marker offset.
+    unreplicated: BTreeMap<i64, i64>,
 }
 
 fn last_seq_of(h: &BatchHeader) -> i32 {
@@ -116,6 +169,9 @@ impl ProducerStateTable {
         if h.producer_epoch < entry.epoch {
             return SequenceCheck::InvalidProducerEpoch;
         }
+        if !h.is_transactional() && entry.txn_first_offset.is_some() {
+            return SequenceCheck::InvalidTxnState;
+        }
         if h.producer_epoch > entry.epoch {
             return if h.base_sequence == 0 { SequenceCheck::Append } else { SequenceCheck::OutOfOrderSequence };
         }
@@ -150,6 +206,66 @@ impl ProducerStateTable {
             last_offset: h.last_offset(),
         });
         entry.last_timestamp = h.max_timestamp;
+        if h.is_transactional() && entry.txn_first_offset.is_none() {
+            entry.txn_first_offset = Some(h.base_offset);
+            self.ongoing.insert(h.base_offset, h.producer_id);
+        }
+    }
+
+    /// Whether a marker from this producer may be appended.
+    pub fn check_marker(&self, producer_id: i64, producer_epoch: i16, marker: EndMarker) -> Result<(), MarkerError> {
+        match self.producers.get(&producer_id) {
+            Some(e) if producer_epoch < e.epoch => Err(MarkerError::InvalidProducerEpoch),
+            Some(e) if marker.coordinator_epoch < e.coordinator_epoch => Err(MarkerError::CoordinatorFenced),
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends the producer's transaction with the marker now in the log (`h` carries its offset).
+    pub fn record_marker(&mut self, h: &BatchHeader, marker: EndMarker) -> CompletedTxn {
+        let offset = h.base_offset;
+        let entry = self.producers.entry(h.producer_id).or_default();
+        let first_offset = entry.txn_first_offset.take().unwrap_or(offset);
+        if h.producer_epoch != entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = marker.coordinator_epoch;
+        entry.last_timestamp = h.max_timestamp;
+        if self.ongoing.get(&first_offset) == Some(&h.producer_id) {
+            self.ongoing.remove(&first_offset);
+        }
+        let last_stable_offset = self.ongoing.keys().next().copied().unwrap_or(offset + 1);
+        self.unreplicated.insert(first_offset, offset);
+        CompletedTxn {
+            producer_id: h.producer_id,
+            first_offset,
+            last_offset: offset,
+            aborted: marker.kind == MarkerKind::Abort,
+            last_stable_offset,
+        }
+    }
+
+    /// Forgets, as unstable, the ended transactions whose marker is below `high_watermark`.
+    pub fn on_high_watermark(&mut self, high_watermark: i64) {
+        self.unreplicated.retain(|_, marker| *marker >= high_watermark);
+    }
+
+    /// The first offset of the oldest transaction that is ongoing or whose marker is not yet
+    /// below the high watermark; `None` if there is none.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        let ongoing = self.ongoing.keys().next().copied();
+        let unreplicated = self.unreplicated.keys().next().copied();
+        match (ongoing, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The first offset of this producer's ongoing transaction here, if it has one
+    /// (DescribeProducers' `currentTxnStartOffset`).
+    pub fn txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.producers.get(&producer_id).and_then(|e| e.txn_first_offset)
     }
 
     /// Every producer with state here, in producer id order.
@@ -172,7 +288,7 @@ impl ProducerStateTable {
     /// returns how many.
     pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        self.producers.retain(|_, e| e.txn_first_offset.is_some() || now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
         before - self.producers.len()
     }
 
@@ -197,8 +313,8 @@ impl ProducerStateTable {
             out.extend_from_slice(&last_offset.to_be_bytes());
             out.extend_from_slice(&delta.to_be_bytes());
             out.extend_from_slice(&e.last_timestamp.to_be_bytes());
-            out.extend_from_slice(&(-1i32).to_be_bytes()); // coordinator epoch: no transactions
-            out.extend_from_slice(&(-1i64).to_be_bytes()); // current transaction's first offset
+            out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+            out.extend_from_slice(&e.txn_first_offset.unwrap_or(-1).to_be_bytes());
         }
         let crc = crate::protocol::record_batch::crc32c(&[&out[6..]]);
         out[2..6].copy_from_slice(&crc.to_be_bytes());
@@ -236,7 +352,12 @@ impl ProducerStateTable {
                 let first_seq = if first < 0 { (first + i32::MAX as i64 + 1) as i32 } else { first as i32 };
                 batches.push_back(CachedBatch { first_seq, last_seq, first_offset: last_offset - delta as i64, last_offset });
             }
-            table.producers.insert(id, ProducerEntry { epoch, batches, last_timestamp: ts });
+            let (coordinator_epoch, txn_first) = (i32_at(e, 34), i64_at(e, 38));
+            let txn_first_offset = (txn_first >= 0).then_some(txn_first);
+            if let Some(first) = txn_first_offset {
+                table.ongoing.insert(first, id);
+            }
+            table.producers.insert(id, ProducerEntry { epoch, batches, last_timestamp: ts, txn_first_offset, coordinator_epoch });
         }
         Ok(table)
     }
@@ -271,6 +392,85 @@ mod tests {
             base_sequence: seq,
             records_count: count,
         }
+    }
+
+    fn txn_batch(pid: i64, epoch: i16, seq: i32, count: i32, base_offset: i64) -> BatchHeader {
+        BatchHeader { attributes: 0x10, ..batch(pid, epoch, seq, count, base_offset) }
+    }
+
+    fn marker(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
+        BatchHeader { attributes: 0x30, base_sequence: -1, ..batch(pid, epoch, -1, 1, offset) }
+    }
+
+    const COMMIT: EndMarker = EndMarker { kind: MarkerKind::Commit, coordinator_epoch: 0 };
+    const ABORT: EndMarker = EndMarker { kind: MarkerKind::Abort, coordinator_epoch: 0 };
+
+    #[test]
+    fn a_transaction_is_unstable_from_its_first_batch_until_its_marker_is_replicated() {
+        let mut t = ProducerStateTable::default();
+        assert_eq!(t.first_unstable_offset(), None);
+        t.record(&txn_batch(7, 0, 0, 2, 10));
+        t.record(&txn_batch(7, 0, 2, 2, 12));
+        assert_eq!((t.first_unstable_offset(), t.txn_first_offset(7)), (Some(10), Some(10)));
+        let done = t.record_marker(&marker(7, 0, 14), COMMIT);
+        assert_eq!(done, CompletedTxn { producer_id: 7, first_offset: 10, last_offset: 14, aborted: false, last_stable_offset: 15 });
+        assert_eq!(t.txn_first_offset(7), None);
+        // Still unstable until the high watermark passes the marker.
+        t.on_high_watermark(14);
+        assert_eq!(t.first_unstable_offset(), Some(10));
+        t.on_high_watermark(15);
+        assert_eq!(t.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn the_oldest_open_transaction_holds_the_stable_offset_back() {
+        let mut t = ProducerStateTable::default();
+        t.record(&txn_batch(7, 0, 0, 1, 10));
+        t.record(&txn_batch(8, 0, 0, 1, 11));
+        let done = t.record_marker(&marker(8, 0, 12), ABORT);
+        assert_eq!((done.first_offset, done.aborted, done.last_stable_offset), (11, true, 10));
+        t.on_high_watermark(13);
+        assert_eq!(t.first_unstable_offset(), Some(10));
+        t.record_marker(&marker(7, 0, 13), COMMIT);
+        t.on_high_watermark(14);
+        assert_eq!(t.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn a_producer_in_a_transaction_may_not_write_outside_it() {
+        let mut t = ProducerStateTable::default();
+        t.record(&txn_batch(7, 0, 0, 1, 10));
+        assert_eq!(t.check(&batch(7, 0, 1, 1, 0)), SequenceCheck::InvalidTxnState);
+        assert_eq!(t.check(&txn_batch(7, 0, 1, 1, 0)), SequenceCheck::Append);
+        t.record_marker(&marker(7, 0, 11), COMMIT);
+        assert_eq!(t.check(&batch(7, 0, 1, 1, 0)), SequenceCheck::Append);
+    }
+
+    #[test]
+    fn a_marker_from_an_old_epoch_or_an_old_coordinator_is_refused() {
+        let mut t = ProducerStateTable::default();
+        t.record(&txn_batch(7, 3, 0, 1, 10));
+        assert_eq!(t.check_marker(7, 2, COMMIT), Err(MarkerError::InvalidProducerEpoch));
+        // Transactions v2: the marker carries the epoch bumped by EndTxn.
+        assert_eq!(t.check_marker(7, 4, EndMarker { coordinator_epoch: 5, ..COMMIT }), Ok(()));
+        t.record_marker(&marker(7, 4, 11), EndMarker { coordinator_epoch: 5, ..COMMIT });
+        assert_eq!(t.check_marker(7, 4, EndMarker { coordinator_epoch: 4, ..ABORT }), Err(MarkerError::CoordinatorFenced));
+        // A marker for a transaction with nothing here ends nothing but is recorded.
+        let done = t.record_marker(&marker(9, 0, 12), ABORT);
+        assert_eq!((done.first_offset, done.last_offset), (12, 12));
+    }
+
+    #[test]
+    fn an_open_transaction_survives_a_snapshot_and_does_not_expire() {
+        let mut t = ProducerStateTable::default();
+        t.record(&BatchHeader { max_timestamp: 1_000, ..txn_batch(7, 0, 0, 1, 10) });
+        t.record_marker(&marker(8, 0, 11), EndMarker { coordinator_epoch: 3, ..ABORT });
+        let back = ProducerStateTable::decode_snapshot(&t.encode_snapshot()).unwrap();
+        assert_eq!((back.first_unstable_offset(), back.txn_first_offset(7)), (Some(10), Some(10)));
+        assert_eq!(back.check_marker(8, 0, EndMarker { coordinator_epoch: 2, ..ABORT }), Err(MarkerError::CoordinatorFenced));
+        let mut back = back;
+        assert_eq!(back.remove_expired(1_000_000_000, 1_000), 1, "only the producer without a transaction expires");
+        assert_eq!(back.txn_first_offset(7), Some(10));
     }
 
     #[test]
