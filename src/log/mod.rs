@@ -57,6 +57,7 @@ pub mod io;
 pub mod partition;
 pub mod partition_metadata;
 pub mod segment;
+pub mod txn_index;
 
 pub use checkpoint::{read_offset_checkpoint, write_offset_checkpoint};
 pub use config::LogConfig;

@@ -87,6 +87,17 @@ pub struct CompletedTxn {
     pub last_stable_offset: i64,
 }
 
+impl From<&CompletedTxn> for crate::log::txn_index::AbortedTxn {
+    fn from(t: &CompletedTxn) -> Self {
+        crate::log::txn_index::AbortedTxn {
+            producer_id: t.producer_id,
+            first_offset: t.first_offset,
+            last_offset: t.last_offset,
+            last_stable_offset: t.last_stable_offset,
+        }
+    }
+}
+
 /// Why a marker is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MarkerError {
