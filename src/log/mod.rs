@@ -2,7 +2,8 @@
 //!
 //! Owns everything under one partition directory `<topic>-<partition>/` plus the text formats
 //! of the log-dir-level offset checkpoints. Does not own replication state (high watermark,
-//! ISR), producer-state snapshots or `.txnindex` (files it does not know are left alone);
+//! ISR) or producer-state snapshots; `.txnindex` has its entry format in [`txn_index`] but
+//! segments do not write it yet (files it does not know are left alone);
 //! compaction rewrites rolled segments through [`cleaner`].
 //!
 //! # On-disk layout (byte-compatible with Apache Kafka 4.x)
