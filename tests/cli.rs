@@ -6,6 +6,7 @@ use std::process::Command;
 use kafka_protocol::messages::ApiVersionsRequest;
 
 mod common;
+use common::free_port;
 
 /// Held by the tests that start broker processes: the idle-polling test samples its spinners'
 /// scheduler states, and a spinner (SCHED_IDLE) waiting for a CPU that other tests' brokers keep
@@ -178,9 +179,6 @@ fn idle_polling_runs_one_sched_idle_spinner_per_cpu_that_sleeps_once_requests_st
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// Runs `sluice serve` with `settings` (as overrides, on three free ports: two Kafka listeners
 /// and the metrics listener) and expects it to refuse to start: a non-zero exit within 20 s,
@@ -386,7 +384,8 @@ fn strict_config_refuses_every_key_that_would_be_ignored() {
 fn free_port_block() -> u16 {
     loop {
         let base = free_port();
-        if base > 65535 - 203 {
+        // The whole block stays below the ephemeral range, as free_port's ports do.
+        if base > 32768 - 203 {
             continue;
         }
         let all_free = [0u16, 1, 2, 100, 101, 102, 200, 201, 202]

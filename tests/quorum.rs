@@ -14,11 +14,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 mod common;
-use common::Client;
+use common::{free_port, Client};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// What `kafka-storage random-uuid` would print; every node of one cluster is formatted with it.
 const CLUSTER_ID: &str = "c2x1aWNlLXJlZmVyZW5jZQ";
@@ -135,11 +132,15 @@ impl Controllers {
             .unwrap();
         // Wait for the health endpoint, then keep draining stderr.
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut seen = Vec::new();
         loop {
-            let line = lines.next().expect("the controller exited while starting").unwrap();
+            let Some(Ok(line)) = lines.next() else {
+                panic!("controller {id} exited while starting; its stderr:\n{}", seen.join("\n"));
+            };
             if line.contains("sluice metrics listening on") {
                 break;
             }
+            seen.push(line);
         }
         std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
         self.running.insert(id, child);

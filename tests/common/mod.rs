@@ -204,3 +204,28 @@ impl Client {
         resp
     }
 }
+
+/// A port nothing listens on, for a process a test starts with a fixed port (a quorum's voters
+/// must know each other's ports before any of them runs). Taken from below the kernel's
+/// ephemeral range: a port bind(0) hands out is an ephemeral one, and in the seconds before the
+/// process binds it an outgoing connection of another test can be given the same port, failing
+/// the start with "Address already in use". No port is handed out twice by one test process.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768)
+        .min(32768);
+    let (low, span) = (10_000u32, ephemeral_low.saturating_sub(10_000).max(1));
+    // Processes started together begin at different places.
+    let _ = NEXT.compare_exchange(0, std::process::id().wrapping_mul(7919) % span + 1, Ordering::AcqRel, Ordering::Acquire);
+    for _ in 0..span {
+        let port = (low + NEXT.fetch_add(1, Ordering::AcqRel) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range ({low}..{ephemeral_low})");
+}
