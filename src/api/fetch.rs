@@ -60,14 +60,41 @@ struct Outcome {
     error: ResponseError,
     records: Option<SliceRead>,
     high_watermark: i64,
+    /// The last stable offset (the high watermark for a read_uncommitted fetch).
+    last_stable_offset: i64,
     log_start_offset: i64,
     /// For a follower whose log diverged: `(epoch, end offset)` to truncate to.
     diverging_epoch: Option<(i32, i64)>,
+    /// read_committed: the aborted transactions `(producer id, first offset)` overlapping the
+    /// records returned.
+    aborted: Vec<(i64, i64)>,
 }
 
 impl Outcome {
     fn error(e: ResponseError) -> Outcome {
-        Outcome { error: e, records: None, high_watermark: -1, log_start_offset: -1, diverging_epoch: None }
+        Outcome {
+            error: e,
+            records: None,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            diverging_epoch: None,
+            aborted: Vec::new(),
+        }
+    }
+
+    /// Offsets without records.
+    fn empty(p: &crate::replication::Partition, committed: bool) -> Outcome {
+        let high_watermark = p.high_watermark();
+        Outcome {
+            error: ResponseError::Unknown(0),
+            records: None,
+            high_watermark,
+            last_stable_offset: if committed { p.last_stable_offset() } else { high_watermark },
+            log_start_offset: p.log_start_offset(),
+            diverging_epoch: None,
+            aborted: Vec::new(),
+        }
     }
 }
 
@@ -78,10 +105,12 @@ fn follower_progress_is_valid(w: &Wanted, p: &crate::replication::Partition) -> 
         && p.follower_fetch_is_consistent(w.fetch_offset, w.last_fetched_epoch)
 }
 
-/// Reads one partition: for a consumer up to the high watermark, for a follower (`replica`) up
-/// to the log end, after checking that the follower's last epoch ends where it thinks (else it
-/// gets the diverging epoch and no records, KIP-595's check that Kafka's followers rely on).
-fn read_one(w: &Wanted, budget: usize, first: bool, replica: bool) -> Outcome {
+/// Reads one partition: for a consumer up to the high watermark (read_committed, `committed`:
+/// up to the last stable offset, with the aborted transactions among the records), for a
+/// follower (`replica`) up to the log end, after checking that the follower's last epoch ends
+/// where it thinks (else it gets the diverging epoch and no records, KIP-595's check that
+/// Kafka's followers rely on).
+fn read_one(w: &Wanted, budget: usize, first: bool, replica: bool, committed: bool) -> Outcome {
     let p = match &w.partition {
         Ok(p) => p,
         Err(e) => return Outcome::error(*e),
@@ -99,31 +128,30 @@ fn read_one(w: &Wanted, budget: usize, first: bool, replica: bool) -> Outcome {
             Some((epoch, end)) if epoch == w.last_fetched_epoch && end >= w.fetch_offset => {}
             found => {
                 let (epoch, end) = found.unwrap_or((-1, -1));
-                return Outcome {
-                    error: ResponseError::Unknown(0),
-                    records: None,
-                    high_watermark: hw,
-                    log_start_offset: p.log_start_offset(),
-                    diverging_epoch: Some((epoch, end)),
-                };
+                return Outcome { diverging_epoch: Some((epoch, end)), ..Outcome::empty(p, false) };
             }
         }
     }
+    let committed = committed && !replica;
     let end = if replica { p.log_end_offset() } else { hw };
-    let result = if w.fetch_offset == end && w.fetch_offset >= p.log_start_offset() {
-        Ok(None)
+    let result = if committed {
+        p.read_slice_committed(w.fetch_offset, max, first)
+    } else if w.fetch_offset == end && w.fetch_offset >= p.log_start_offset() {
+        Ok((None, hw, Vec::new()))
     } else if replica {
-        p.read_slice_for_replica(w.fetch_offset, max, first)
+        p.read_slice_for_replica(w.fetch_offset, max, first).map(|r| (r, hw, Vec::new()))
     } else {
-        p.read_slice(w.fetch_offset, max, first)
+        p.read_slice(w.fetch_offset, max, first).map(|r| (r, hw, Vec::new()))
     };
     match result {
-        Ok(records) => Outcome {
+        Ok((records, last_stable_offset, aborted)) => Outcome {
             error: ResponseError::Unknown(0),
             records: records.filter(|r| !r.slice.is_empty()),
             high_watermark: hw,
+            last_stable_offset,
             log_start_offset: p.log_start_offset(),
             diverging_epoch: None,
+            aborted: aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect(),
         },
         // A follower is told where the leader's log starts and ends, to start over from there.
         Err(LogError::OffsetOutOfRange { .. }) if replica => Outcome {
@@ -142,7 +170,7 @@ fn read_one(w: &Wanted, budget: usize, first: bool, replica: bool) -> Outcome {
 
 /// One pass over every wanted partition; returns outcomes and total bytes. With `withhold`
 /// (the leader's replication quota exceeded), throttled partitions get no records.
-fn read_all(wanted: &[Wanted], max_bytes: usize, replica: bool, withhold: bool) -> (Vec<Outcome>, usize) {
+fn read_all(wanted: &[Wanted], max_bytes: usize, replica: bool, committed: bool, withhold: bool) -> (Vec<Outcome>, usize) {
     let mut total = 0usize;
     let mut outcomes = Vec::with_capacity(wanted.len());
     let mut have_data = false;
@@ -151,17 +179,11 @@ fn read_all(wanted: &[Wanted], max_bytes: usize, replica: bool, withhold: bool) 
         let o = if (budget == 0 && have_data) || (withhold && w.throttled) || w.preferred.is_some() {
             // Out of budget: report offsets without data.
             match &w.partition {
-                Ok(p) => Outcome {
-                    error: ResponseError::Unknown(0),
-                    records: None,
-                    high_watermark: p.high_watermark(),
-                    log_start_offset: p.log_start_offset(),
-                    diverging_epoch: None,
-                },
+                Ok(p) => Outcome::empty(p, committed && !replica),
                 Err(e) => Outcome::error(*e),
             }
         } else {
-            read_one(w, budget, !have_data, replica)
+            read_one(w, budget, !have_data, replica, committed)
         };
         if let Some(r) = &o.records {
             total += r.slice.len();
@@ -280,9 +302,8 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     let min_bytes = req.min_bytes.max(0) as usize;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
 
-    // Kafka sends null aborted transactions for read_uncommitted and a list for read_committed
-    // (empty: sluice has no transactions yet).
-    let aborted = (req.isolation_level == 1).then(Vec::new);
+    // Kafka sends null aborted transactions for read_uncommitted and a list for read_committed.
+    let committed = req.isolation_level == 1;
     // A follower's fetch says how far it has come: the high watermark may move before we read.
     if is_replica {
         let now = broker.now_ms();
@@ -330,7 +351,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
     }
     let redirected = wanted.iter().any(|w| w.preferred.is_some());
     let withhold = || throttling && broker.leader_quota.exceeded(broker.now_ms());
-    let (mut outcomes, mut total) = read_all(&wanted, max_bytes, is_replica, withhold());
+    let (mut outcomes, mut total) = read_all(&wanted, max_bytes, is_replica, committed, withhold());
     let any_error = outcomes.iter().any(|o| code(o.error) != 0);
     while total < min_bytes && !any_error && !redirected && !wanted.is_empty() && tokio::time::Instant::now() < deadline {
         let parts: Vec<&Arc<Partition>> = wanted.iter().filter_map(|w| w.partition.as_ref().ok()).collect();
@@ -339,14 +360,14 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             w.as_mut().enable();
         }
         // Re-read after registering so an append that raced the first pass is not missed.
-        (outcomes, total) = read_all(&wanted, max_bytes, is_replica, withhold());
+        (outcomes, total) = read_all(&wanted, max_bytes, is_replica, committed, withhold());
         if total >= min_bytes {
             break;
         }
         if waits.is_empty() || tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await.is_err() {
             break;
         }
-        (outcomes, total) = read_all(&wanted, max_bytes, is_replica, withhold());
+        (outcomes, total) = read_all(&wanted, max_bytes, is_replica, committed, withhold());
     }
 
     // Build the response, grouping consecutive partitions of a topic.
@@ -376,9 +397,9 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
             partition_index: w.key.1,
             error_code: code(o.error),
             high_watermark: o.high_watermark,
-            last_stable_offset: o.high_watermark,
+            last_stable_offset: o.last_stable_offset,
             log_start_offset: o.log_start_offset,
-            aborted_transactions: aborted.clone(),
+            aborted_transactions: committed.then_some(o.aborted),
             preferred_read_replica: w.preferred.unwrap_or(-1),
             records: o.records.map(|r| r.slice),
             current_leader: w.leader_hint.filter(|_| code(o.error) == ResponseError::NotLeaderOrFollower.code()),
@@ -404,7 +425,7 @@ pub async fn handle(ctx: &RequestContext, req: FetchRequest) -> FetchReply {
                 high_watermark: -1,
                 last_stable_offset: -1,
                 log_start_offset: -1,
-                aborted_transactions: aborted.clone(),
+                aborted_transactions: committed.then(Vec::new),
                 preferred_read_replica: -1,
                 records: None,
                 current_leader: None,

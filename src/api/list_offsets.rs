@@ -1,6 +1,6 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), and offset
-//! by timestamp. Latest is the high watermark (the LSO for read_committed, equal without
-//! transactions). OffsetForLeaderEpoch: where a leader epoch ends in the log.
+//! by timestamp. Latest is the high watermark, for read_committed (isolation level 1) the last
+//! stable offset; lookups by timestamp find nothing at or past that bound. OffsetForLeaderEpoch: where a leader epoch ends in the log.
 
 use kafka_protocol::messages::list_offsets_response::*;
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
@@ -17,9 +17,10 @@ const EARLIEST_LOCAL: i64 = -4;
 const EARLIEST_PENDING_UPLOAD: i64 = -6;
 const LATEST_TIERED: i64 = -5;
 
-fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), ResponseError> {
+fn lookup(p: &Partition, timestamp: i64, committed: bool) -> Result<(i64, i64), ResponseError> {
+    let visible = if committed { p.last_stable_offset() } else { p.high_watermark() };
     let found = match timestamp {
-        LATEST => return Ok((p.high_watermark(), -1)),
+        LATEST => return Ok((visible, -1)),
         EARLIEST | EARLIEST_LOCAL => return Ok((p.log_start_offset(), -1)),
         MAX_TIMESTAMP => p.max_timestamp_offset(),
         t if t == EARLIEST_PENDING_UPLOAD || t == LATEST_TIERED => return Ok((-1, -1)),
@@ -27,7 +28,7 @@ fn lookup(p: &Partition, timestamp: i64) -> Result<(i64, i64), ResponseError> {
         t => p.offset_for_timestamp(t),
     };
     match found {
-        Ok(Some((offset, ts))) if offset < p.high_watermark() => Ok((offset, ts)),
+        Ok(Some((offset, ts))) if offset < visible => Ok((offset, ts)),
         Ok(_) => Ok((-1, -1)),
         Err(e) => {
             tracing::error!(partition = ?p, error = %error_chain(&e), "offset lookup failed");
@@ -62,6 +63,7 @@ fn led_partition(
 pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let broker = &ctx.broker;
     let version = ctx.api_version;
+    let committed = req.isolation_level == 1;
     let topics = req
         .topics
         .into_iter()
@@ -79,7 +81,7 @@ pub async fn handle(ctx: &RequestContext, req: ListOffsetsRequest) -> ListOffset
                         Ok(p) => p,
                         Err(code) => return resp.with_error_code(code.code()),
                     };
-                    match lookup(&p, rp.timestamp) {
+                    match lookup(&p, rp.timestamp, committed) {
                         Ok((offset, ts)) => {
                             let resp = resp.with_offset(offset).with_timestamp(ts);
                             // leader_epoch exists from v4; older versions must leave the default.

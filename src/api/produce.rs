@@ -87,6 +87,7 @@ fn append_error(e: &AppendError) -> (ResponseError, String) {
         AppendError::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
         AppendError::UnknownProducerId => ResponseError::UnknownProducerId,
         AppendError::InvalidTxnState => ResponseError::InvalidTxnState,
+        AppendError::CoordinatorFenced => ResponseError::TransactionCoordinatorFenced,
         AppendError::Corrupt(_) => ResponseError::CorruptMessage,
         AppendError::InvalidRecord(_) | AppendError::RecordErrors { .. } => ResponseError::InvalidRecord,
         AppendError::Log(LogError::Validation(v)) => match v {

@@ -2,8 +2,8 @@
 //!
 //! Owns everything under one partition directory `<topic>-<partition>/` plus the text formats
 //! of the log-dir-level offset checkpoints. Does not own replication state (high watermark,
-//! ISR) or producer-state snapshots; `.txnindex` has its entry format in [`txn_index`] but
-//! segments do not write it yet (files it does not know are left alone);
+//! ISR) or producer-state snapshots; it keeps each segment's aborted-transaction index
+//! (`.txnindex`, [`txn_index`]), which the replication layer fills as abort markers are written;
 //! compaction rewrites rolled segments through [`cleaner`].
 //!
 //! # On-disk layout (byte-compatible with Apache Kafka 4.x)
@@ -12,6 +12,7 @@
 //!    00000000000000000000.log        record batches exactly as on the wire, back to back
 //!    00000000000000000000.index      8-byte entries: relativeOffset u32 BE | position u32 BE
 //!    00000000000000000000.timeindex  12-byte entries: timestamp i64 BE | relativeOffset u32 BE
+//!    00000000000000000000.txnindex   34-byte entries, one per aborted transaction (if any)
 //!    00000000000000368769.log        next segment: name = base offset, %020d
 //!    …
 //!    leader-epoch-checkpoint         "0\n<N>\n" then N lines "<epoch> <startOffset>"

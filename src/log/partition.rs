@@ -26,6 +26,7 @@ use super::error::LogError;
 use super::flush::{self, FlushTicket};
 use super::io::{FileSlice, IoBackend};
 use super::segment::{keep_file, offset_from_file_name, Segment};
+use super::txn_index::{AbortedTxn, AbortedTxns};
 use crate::protocol::record_batch::{
     crc_is_valid, find_max_timestamp_record, records_section, set_base_offset, set_log_append_time,
     set_partition_leader_epoch, validate_produce_records, BatchHeader, BatchIter, ProduceValidationError, RecordIter,
@@ -124,6 +125,8 @@ pub struct PartitionLog {
     pub(super) segments: Vec<Segment>,
     log_start_offset: i64,
     epochs: LeaderEpochCache,
+    /// Every segment's aborted-transaction index (`.txnindex`), see [`AbortedTxns`].
+    aborted: AbortedTxns,
     poisoned: bool,
     unflushed_messages: u64,
     last_flush_ms: i64,
@@ -169,6 +172,7 @@ impl PartitionLog {
         fs::create_dir_all(dir).map_err(|e| LogError::io(dir, "create partition directory", e))?;
         let mut bases = Vec::new();
         let mut index_files = Vec::new();
+        let mut txn_indexes = Vec::new();
         let listing = fs::read_dir(dir).map_err(|e| LogError::io(dir, "list partition directory", e))?;
         for entry in listing {
             let entry = entry.map_err(|e| LogError::io(dir, "list partition directory", e))?;
@@ -180,6 +184,9 @@ impl PartitionLog {
             } else if let Some(base) = offset_from_file_name(&name, ".log") {
                 bases.push(base);
             } else if let Some(base) = offset_from_file_name(&name, ".index").or_else(|| offset_from_file_name(&name, ".timeindex")) {
+                index_files.push((base, path));
+            } else if let Some(base) = offset_from_file_name(&name, ".txnindex") {
+                txn_indexes.push(base);
                 index_files.push((base, path));
             }
         }
@@ -238,6 +245,10 @@ impl PartitionLog {
         let log_start_offset = segments[0].base_offset();
         let leo = segments.last().map_or(0, Segment::next_offset);
         epochs.truncate_from_end(leo)?;
+        let bases: Vec<i64> = segments.iter().map(Segment::base_offset).collect();
+        let mut aborted = AbortedTxns::load(dir, &bases, &txn_indexes);
+        // Recovery may have cut the active segment below markers its index names.
+        aborted.truncate_from(dir, leo)?;
         if let Some(active) = segments.last() {
             recover_epochs(active, &mut epochs)?;
         }
@@ -248,6 +259,7 @@ impl PartitionLog {
             segments,
             log_start_offset,
             epochs,
+            aborted,
             poisoned: false,
             unflushed_messages: 0,
             last_flush_ms: wall_clock_ms(),
@@ -695,6 +707,7 @@ impl PartitionLog {
             tracing::info!(path = %seg.log_path().display(), log_start_offset = self.log_start_offset, "deleting segment below the log start offset");
             seg.delete()?;
         }
+        self.aborted.forget_segments_below(self.segments[0].base_offset());
         Ok(self.log_start_offset)
     }
 
@@ -737,6 +750,7 @@ impl PartitionLog {
             deleted += 1;
         }
         let first = self.segments[0].base_offset();
+        self.aborted.forget_segments_below(first);
         if first > self.log_start_offset {
             self.log_start_offset = first;
             self.epochs.truncate_from_start(first)?;
@@ -811,6 +825,7 @@ impl PartitionLog {
             for seg in self.segments.drain(..) {
                 seg.delete()?;
             }
+            self.aborted = AbortedTxns::default();
             self.segments.push(Segment::create(&self.dir, offset, &self.io, self.config.index_interval_bytes)?);
             self.log_start_offset = offset;
             sync_dir(&self.dir)
@@ -825,6 +840,7 @@ impl PartitionLog {
             for seg in self.segments.drain(..) {
                 seg.delete()?;
             }
+            self.aborted = AbortedTxns::default();
             self.segments.push(Segment::create(&self.dir, offset, &self.io, self.config.index_interval_bytes)?);
             self.log_start_offset = offset;
             return sync_dir(&self.dir);
@@ -834,7 +850,9 @@ impl PartitionLog {
                 seg.delete()?;
             }
         }
-        self.active_mut().truncate_to(offset)
+        self.active_mut().truncate_to(offset)?;
+        let leo = self.log_end_offset();
+        self.aborted.truncate_from(&self.dir, leo)
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -881,6 +899,24 @@ impl PartitionLog {
 
     pub fn is_poisoned(&self) -> bool {
         self.poisoned
+    }
+
+    /// Records an aborted transaction whose marker is in the log (in the index file of the segment
+    /// holding the marker). Markers are indexed in offset order: one at or below the last
+    /// indexed marker is already there and is not added again.
+    pub fn index_aborted(&mut self, t: AbortedTxn) -> Result<(), LogError> {
+        if self.aborted.last_marker().is_some_and(|last| t.last_offset <= last) {
+            return Ok(());
+        }
+        let base = self.segments[self.segment_index_for(t.last_offset)].base_offset();
+        let r = self.aborted.append(&self.dir, base, t);
+        self.poison_on_err(r)
+    }
+
+    /// The aborted transactions overlapping `[fetch_offset, upper_bound)`: what a read_committed
+    /// fetch of those offsets returns beside the records.
+    pub fn aborted_overlapping(&self, fetch_offset: i64, upper_bound: i64) -> Vec<AbortedTxn> {
+        self.aborted.overlapping(fetch_offset, upper_bound)
     }
 
     /// Base offsets of the segments, oldest first (for tests, tooling and metrics).

@@ -12,10 +12,25 @@
 //! transactions below some upper bound may stop at the first entry whose `lastStableOffset`
 //! reaches it: no later entry can begin below it.
 //!
+//! [`AbortedTxns`] holds every entry of a partition's segments in memory (32 bytes each, loaded
+//! when the log opens; a partition without aborts holds nothing) and appends to the active
+//! segment's file as markers are written, so a read_committed fetch reads no file.
+//!
 //! # Failure behaviour
 //! Decoding a file whose size is not a whole number of entries, or with an entry of another
-//! version, is an error naming the position (the caller rebuilds the index from the log);
-//! nothing panics on any input.
+//! version, is an error naming the position; nothing panics on any input. On open such a file is
+//! logged and removed: the aborts it held are then missing for read_committed readers of those
+//! offsets (Kafka rebuilds it from the log with the producer state of the segment's start;
+//! sluice re-adds only the markers it replays after its newest producer snapshot).
+//! Index files are written without fsync, as Kafka does: replaying the log after a kill re-adds
+//! an entry whose marker reached the log but whose index write did not.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::checkpoint::write_replacing;
+use super::error::LogError;
+use super::segment::file_stem;
 
 /// Bytes of one entry.
 pub const ENTRY_LEN: usize = 34;
@@ -84,6 +99,116 @@ pub fn collect(entries: &[AbortedTxn], fetch_offset: i64, upper_bound: i64) -> (
     (out, false)
 }
 
+/// The file of the segment starting at `base`.
+pub fn path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{}.txnindex", file_stem(base)))
+}
+
+/// The aborted transactions of a partition's segments, in marker order, each with the base
+/// offset of the segment whose index file holds it.
+#[derive(Debug, Default)]
+pub struct AbortedTxns {
+    entries: Vec<(i64, AbortedTxn)>,
+}
+
+impl AbortedTxns {
+    /// Reads the index files of the segments in `bases` (ascending) that `present` names. A file
+    /// that does not decode is logged and removed (see the module doc).
+    pub fn load(dir: &Path, bases: &[i64], present: &[i64]) -> AbortedTxns {
+        let mut entries = Vec::new();
+        for &base in bases.iter().filter(|b| present.contains(b)) {
+            let file = path(dir, base);
+            match std::fs::read(&file).map_err(|e| e.to_string()).and_then(|b| decode_all(&b)) {
+                Ok(found) => entries.extend(found.into_iter().map(|t| (base, t))),
+                Err(reason) => {
+                    tracing::warn!(path = %file.display(), %reason, "removing unreadable aborted-transaction index");
+                    let _ = std::fs::remove_file(&file);
+                }
+            }
+        }
+        entries.sort_by_key(|(_, t)| t.last_offset);
+        AbortedTxns { entries }
+    }
+
+    /// Adds an abort whose marker was just written to the segment at `base`.
+    pub fn append(&mut self, dir: &Path, base: i64, t: AbortedTxn) -> Result<(), LogError> {
+        let file = path(dir, base);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .map_err(|e| LogError::io(&file, "open aborted-transaction index", e))?;
+        f.write_all(&t.encode()).map_err(|e| LogError::io(&file, "append to aborted-transaction index", e))?;
+        self.entries.push((base, t));
+        Ok(())
+    }
+
+    /// Whether the abort whose marker is at `marker_offset` is indexed.
+    pub fn has_marker(&self, marker_offset: i64) -> bool {
+        self.entries.binary_search_by_key(&marker_offset, |(_, t)| t.last_offset).is_ok()
+    }
+
+    /// The offset of the last indexed abort marker.
+    pub fn last_marker(&self) -> Option<i64> {
+        self.entries.last().map(|(_, t)| t.last_offset)
+    }
+
+    /// The aborted transactions overlapping `[fetch_offset, upper_bound)` (see [`collect`]).
+    pub fn overlapping(&self, fetch_offset: i64, upper_bound: i64) -> Vec<AbortedTxn> {
+        let from = self.entries.partition_point(|(_, t)| t.last_offset < fetch_offset);
+        let mut out = Vec::new();
+        for (_, t) in &self.entries[from..] {
+            if t.first_offset < upper_bound {
+                out.push(*t);
+            }
+            if t.last_stable_offset >= upper_bound {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Forgets the aborts whose marker is at or after `offset` (the log was truncated there) and
+    /// rewrites the files that held them.
+    pub fn truncate_from(&mut self, dir: &Path, offset: i64) -> Result<(), LogError> {
+        let keep = self.entries.partition_point(|(_, t)| t.last_offset < offset);
+        if keep == self.entries.len() {
+            return Ok(());
+        }
+        let mut bases: Vec<i64> = self.entries[keep..].iter().map(|(b, _)| *b).collect();
+        bases.dedup();
+        self.entries.truncate(keep);
+        for base in bases {
+            let file = path(dir, base);
+            let kept: Vec<u8> = self.entries.iter().filter(|(b, _)| *b == base).flat_map(|(_, t)| t.encode()).collect();
+            if kept.is_empty() {
+                match std::fs::remove_file(&file) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(LogError::io(&file, "remove aborted-transaction index", e))
+                    }
+                    _ => {}
+                }
+            } else {
+                write_replacing(&file, &kept)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the aborts held by segments below `first_base` (deleted with their files).
+    pub fn forget_segments_below(&mut self, first_base: i64) {
+        self.entries.retain(|(b, _)| *b >= first_base);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +248,33 @@ mod tests {
         assert_eq!(ids(collect(&entries, 6, 12)), (vec![2], true));
         assert_eq!(ids(collect(&entries, 10, 12)), (vec![], true));
         assert_eq!(ids(collect(&entries, 0, 100)), (vec![1, 2, 3], false), "later segments may hold more");
+    }
+
+    #[test]
+    fn aborts_survive_a_reopen_and_truncation_rewrites_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut idx = AbortedTxns::default();
+        idx.append(dir.path(), 0, txn(1, 0, 5, 6)).unwrap();
+        idx.append(dir.path(), 0, txn(2, 7, 9, 10)).unwrap();
+        idx.append(dir.path(), 20, txn(3, 21, 25, 26)).unwrap();
+        assert!(idx.has_marker(9) && !idx.has_marker(8));
+        let reopened = AbortedTxns::load(dir.path(), &[0, 20], &[0, 20]);
+        assert_eq!(reopened.overlapping(0, 100).len(), 3);
+        assert_eq!(reopened.overlapping(6, 8), vec![txn(2, 7, 9, 10)]);
+
+        idx.truncate_from(dir.path(), 9).unwrap();
+        assert_eq!(idx.last_marker(), Some(5));
+        assert!(!path(dir.path(), 20).exists(), "a file left without entries is removed");
+        let reopened = AbortedTxns::load(dir.path(), &[0, 20], &[0]);
+        assert_eq!(reopened.overlapping(0, 100), vec![txn(1, 0, 5, 6)]);
+    }
+
+    #[test]
+    fn an_unreadable_file_is_removed_on_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(path(dir.path(), 0), [0u8; 7]).unwrap();
+        let idx = AbortedTxns::load(dir.path(), &[0], &[0]);
+        assert!(idx.is_empty());
+        assert!(!path(dir.path(), 0).exists());
     }
 }

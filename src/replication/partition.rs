@@ -14,6 +14,16 @@
 //!   the append happen under the same lock so a duplicate can never slip between them.
 //! - A fetch that saw no data registers for [`Partition::appended`] *before* reading, so an append
 //!   between its read and its wait still wakes it.
+//! - The last stable offset ([`Partition::last_stable_offset`]) is at most the high watermark
+//!   and is the first offset of the oldest transaction open here or whose marker is not yet
+//!   below the high watermark: a read_committed fetch never returns a record of a transaction
+//!   whose outcome a new leader could lose.
+//!
+//! # Transactions
+//! Markers are written by [`Partition::append_marker`] (WriteTxnMarkers, as leader) or copied
+//! from the leader, and replayed from the log on open; each ends its producer's transaction in
+//! the producer state, and an abort goes to the segment's aborted-transaction index. Clients
+//! cannot write control batches (INVALID_RECORD).
 //!
 //! # Producer snapshots
 //! As Kafka does, the producer table is written to `<offset>.snapshot` in the partition directory
@@ -36,10 +46,12 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::leader::{IsrChange, LeaderState};
-use super::producer_state::{ProducerStateTable, SequenceCheck};
+use super::producer_state::{CompletedTxn, MarkerError, ProducerStateTable, SequenceCheck};
 use crate::log::cleaner::{CleanStats, CleanerConfig};
 use crate::log::segment::{file_stem, offset_from_file_name};
 use crate::log::{LogConfig, LogError, PartitionLog, ReadResult, SliceRead};
+use crate::log::txn_index::AbortedTxn;
+use crate::protocol::control::{encode_marker_batch, parse_end_marker, EndMarker};
 use crate::protocol::record_batch::{BatchHeader, BatchIter};
 
 /// The most per-record errors one produce answer carries (see `Partition::check_keys`).
@@ -85,6 +97,9 @@ pub enum AppendError {
     UnknownProducerId,
     #[error("a non-transactional write from a producer whose transaction is ongoing")]
     InvalidTxnState,
+    /// A marker from a coordinator older than the last one seen (TRANSACTION_COORDINATOR_FENCED).
+    #[error("the transaction marker comes from a coordinator epoch older than the last one seen")]
+    CoordinatorFenced,
     #[error("corrupt record batch: {0}")]
     Corrupt(String),
     #[error("{0}")]
@@ -194,7 +209,8 @@ impl Partition {
         now_ms: i64,
         producer_id_expiration_ms: i64,
     ) -> Result<Partition, LogError> {
-        let (producers, unsnapshotted_bytes) = rebuild_producer_state(&log, now_ms, producer_id_expiration_ms)?;
+        let mut log = log;
+        let (producers, unsnapshotted_bytes) = rebuild_producer_state(&mut log, now_ms, producer_id_expiration_ms)?;
         let hw = log.log_end_offset();
         let start = log.log_start_offset();
         let flush_acks_all = log.config().flush_acks_all;
@@ -414,8 +430,9 @@ impl Partition {
                     st.snapshot(active);
                 }
             }
-            for (h, _) in BatchIter::new(&records).flatten() {
-                st.producers.record(&h);
+            for (h, batch) in BatchIter::new(&records).flatten() {
+                let marker = if h.is_control() { Some(parse_end_marker(batch)) } else { None };
+                st.replay(&h, marker);
             }
             st.unsnapshotted_bytes += info.bytes as u64;
             if st.unsnapshotted_bytes >= SNAPSHOT_INTERVAL_BYTES {
@@ -450,7 +467,7 @@ impl Partition {
                 let _ = std::fs::remove_file(snapshot_path(&dir, o));
             }
         }
-        let (producers, replay) = rebuild_producer_state(&st.log, now_ms, self.producer_id_expiration_ms)?;
+        let (producers, replay) = rebuild_producer_state(&mut st.log, now_ms, self.producer_id_expiration_ms)?;
         st.producers = producers;
         st.unsnapshotted_bytes = replay;
         self.log_start_offset.store(st.log.log_start_offset(), Ordering::Release);
@@ -542,6 +559,9 @@ impl Partition {
                 headers.len()
             )));
         }
+        if headers[0].is_control() {
+            return Err(AppendError::InvalidRecord("a client may not write control batches".into()));
+        }
         if let Some(first) = headers.first() {
             match st.producers.check(first) {
                 SequenceCheck::Append => {}
@@ -591,6 +611,69 @@ impl Partition {
             next_offset: leo,
             flush_due: info.flush_due,
         })
+    }
+
+    /// Writes the marker ending `producer_id`'s transaction here (WriteTxnMarkers, as leader),
+    /// after the producer-state check: a marker from an older producer epoch gets
+    /// INVALID_PRODUCER_EPOCH, one from a replaced coordinator TRANSACTION_COORDINATOR_FENCED,
+    /// and nothing is written. An abort is added to the aborted-transaction index. Returns the
+    /// log end offset after it (what acks=all waits for).
+    pub fn append_marker(&self, producer_id: i64, producer_epoch: i16, marker: EndMarker, now_ms: i64) -> Result<i64, AppendError> {
+        let mut st = self.state.lock();
+        match st.producers.check_marker(producer_id, producer_epoch, marker) {
+            Ok(()) => {}
+            Err(MarkerError::InvalidProducerEpoch) => return Err(AppendError::InvalidProducerEpoch),
+            Err(MarkerError::CoordinatorFenced) => return Err(AppendError::CoordinatorFenced),
+        }
+        let batch = encode_marker_batch(producer_id, producer_epoch, marker, now_ms);
+        let mut header = BatchHeader::parse(&batch).map_err(|e| AppendError::Corrupt(e.to_string()))?;
+        let active_before = st.log.active_base_offset();
+        let info = st.log.append_as_leader(batch, self.leader_epoch(), now_ms)?;
+        let active = st.log.active_base_offset();
+        if active != active_before {
+            st.snapshot(active);
+        }
+        header.base_offset = info.base_offset;
+        header.partition_leader_epoch = self.leader_epoch();
+        st.replay(&header, Some(Ok(marker)));
+        let leo = st.log.log_end_offset();
+        st.unsnapshotted_bytes += info.bytes as u64;
+        drop(st);
+        self.advance_high_watermark(leo, now_ms);
+        self.appended.notify_waiters();
+        Ok(leo)
+    }
+
+    /// The last stable offset: the high watermark, or the first offset of the oldest
+    /// transaction that is open here or whose marker is not yet replicated, if lower. A
+    /// read_committed consumer reads below it.
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.high_watermark();
+        let mut st = self.state.lock();
+        st.last_stable_offset(hw)
+    }
+
+    /// [`Partition::read_slice`] for a read_committed consumer: up to the last stable offset,
+    /// with the aborted transactions that overlap what is returned. Also returns the last
+    /// stable offset.
+    pub fn read_slice_committed(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<(Option<SliceRead>, i64, Vec<AbortedTxn>), LogError> {
+        let hw = self.high_watermark();
+        let mut st = self.state.lock();
+        let lso = st.last_stable_offset(hw);
+        if offset == lso && offset >= st.log.log_start_offset() {
+            return Ok((None, lso, Vec::new()));
+        }
+        let read = st.log.read_slice(offset, max_bytes, lso, min_one_batch)?;
+        let aborted = match &read {
+            Some(r) => st.log.aborted_overlapping(offset, r.next_offset),
+            None => Vec::new(),
+        };
+        Ok((read, lso, aborted))
+    }
+
+    /// The first offset of `producer_id`'s open transaction here (DescribeProducers).
+    pub fn txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.state.lock().producers.txn_first_offset(producer_id)
     }
 
     /// Kafka's check of a compacted topic: every record needs a key. Refused records are
@@ -823,6 +906,36 @@ const SNAPSHOT_INTERVAL_BYTES: u64 = 16 << 20;
 const SHUTDOWN_SNAPSHOT_MIN_REPLAY_BYTES: u64 = 1 << 20;
 
 impl State {
+    /// Takes one batch now in the log into the producer state: a marker (`marker`, parsed from
+    /// a control batch) ends its producer's transaction and, for an abort, is indexed. An
+    /// unreadable control batch is logged and otherwise skipped (it ends no transaction).
+    fn replay(&mut self, h: &BatchHeader, marker: Option<Result<EndMarker, String>>) -> Option<CompletedTxn> {
+        match marker {
+            None => {
+                self.producers.record(h);
+                None
+            }
+            Some(Ok(m)) => {
+                let done = self.producers.record_marker(h, m);
+                if done.aborted {
+                    if let Err(e) = self.log.index_aborted(AbortedTxn::from(&done)) {
+                        tracing::error!(dir = %self.log.dir().display(), offset = h.base_offset, error = %e, "could not index an aborted transaction");
+                    }
+                }
+                Some(done)
+            }
+            Some(Err(reason)) => {
+                tracing::warn!(dir = %self.log.dir().display(), offset = h.base_offset, %reason, "skipping a control batch that is not a transaction marker");
+                None
+            }
+        }
+    }
+
+    fn last_stable_offset(&mut self, high_watermark: i64) -> i64 {
+        self.producers.on_high_watermark(high_watermark);
+        self.producers.first_unstable_offset().map_or(high_watermark, |o| o.min(high_watermark))
+    }
+
     /// Snapshots the table as the state of every batch below `offset` (from then on, nothing is
     /// left to replay before it).
     fn snapshot(&mut self, offset: i64) {
@@ -849,10 +962,12 @@ fn read_snapshot(path: &Path) -> Result<ProducerStateTable, String> {
 }
 
 /// Rebuilds idempotent-producer state after a restart: the newest usable snapshot, then the
-/// batch headers after it. Segments whose batches are all older than the expiration window are
+/// batch headers after it (and the markers of control batches, which end transactions; an
+/// abort missing from the aborted-transaction index, its write cut short by a kill, is added).
+/// Segments whose batches are all older than the expiration window are
 /// skipped: every producer they could describe has expired. Also returns the bytes replayed.
 fn rebuild_producer_state(
-    log: &PartitionLog,
+    log: &mut PartitionLog,
     now_ms: i64,
     expiration_ms: i64,
 ) -> Result<(ProducerStateTable, u64), LogError> {
@@ -881,10 +996,33 @@ fn rebuild_producer_state(
         }
     }
     let mut replayed = 0u64;
+    let mut aborts = Vec::new();
+    let leo = log.log_end_offset();
     log.for_each_batch_header(from, now_ms.saturating_sub(expiration_ms), |h| {
-        table.record(h);
         replayed += h.total_size() as u64;
+        if !h.is_control() {
+            table.record(h);
+            return;
+        }
+        let marker = log
+            .read(h.base_offset, h.total_size(), leo, true)
+            .map_err(|e| e.to_string())
+            .and_then(|r| parse_end_marker(&r.records));
+        match marker {
+            Ok(m) => {
+                let done = table.record_marker(h, m);
+                if done.aborted {
+                    aborts.push(AbortedTxn::from(&done));
+                }
+            }
+            Err(reason) => {
+                tracing::warn!(dir = %log.dir().display(), offset = h.base_offset, %reason, "skipping a control batch that is not a transaction marker");
+            }
+        }
     })?;
+    for t in aborts {
+        log.index_aborted(t)?;
+    }
     table.remove_expired(now_ms, expiration_ms);
     Ok((table, replayed))
 }

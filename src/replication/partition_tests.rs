@@ -502,3 +502,104 @@ fn a_fetch_from_a_diverged_log_is_not_a_followers_progress() {
     assert!(!p.follower_fetch_is_consistent(end + 3, -1));
     assert!(!p.follower_fetch_is_consistent(end, 9), "an epoch this log never had");
 }
+
+/// A transactional batch of `n` small records from `producer_id` at `epoch` and `seq`.
+fn txn_batch(producer_id: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+    let recs: Vec<SimpleRecord<'_>> = (0..n).map(|i| SimpleRecord { timestamp: 1_000 + i as i64, key: None, value: Some(b"t") }).collect();
+    let mut b = encode_uncompressed_batch(&recs);
+    b[21..23].copy_from_slice(&0x10i16.to_be_bytes());
+    b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+    b[51..53].copy_from_slice(&epoch.to_be_bytes());
+    b[53..57].copy_from_slice(&seq.to_be_bytes());
+    reseal(&mut b);
+    b
+}
+
+fn marker(kind: crate::protocol::control::MarkerKind, coordinator_epoch: i32) -> EndMarker {
+    EndMarker { kind, coordinator_epoch }
+}
+
+/// `(first offset, next offset, aborted (producer, first offset))` of a read_committed read.
+fn committed_read(p: &Partition, offset: i64) -> (Option<(i64, i64)>, i64, Vec<(i64, i64)>) {
+    let (read, lso, aborted) = p.read_slice_committed(offset, 1 << 20, true).unwrap();
+    (read.map(|r| (r.first_offset, r.next_offset)), lso, aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect())
+}
+
+#[test]
+fn a_read_committed_reader_stops_at_the_first_open_transaction_and_is_told_of_aborts() {
+    use crate::protocol::control::MarkerKind::{Abort, Commit};
+    let dir = tempfile::tempdir().unwrap();
+    let p = open_with_segments(dir.path(), 2_000, 1 << 20);
+    p.append(idempotent_batch(1, 0, 1).into(), 2_000).unwrap(); // 0
+    p.append(txn_batch(7, 0, 0, 2).into(), 2_000).unwrap(); // 1-2
+    p.append(txn_batch(8, 0, 0, 1).into(), 2_000).unwrap(); // 3
+    p.append(idempotent_batch(1, 1, 1).into(), 2_000).unwrap(); // 4
+    assert_eq!((p.high_watermark(), p.last_stable_offset()), (5, 1));
+    assert_eq!(committed_read(&p, 0), (Some((0, 1)), 1, vec![]), "nothing of the open transaction");
+    assert_eq!(committed_read(&p, 1), (None, 1, vec![]));
+    // A non-transactional write from a producer in a transaction is refused.
+    let mut plain = idempotent_batch(7, 2, 1);
+    plain[51..53].copy_from_slice(&0i16.to_be_bytes());
+    assert!(matches!(p.append(plain.into(), 2_000), Err(AppendError::InvalidTxnState)));
+
+    assert_eq!(p.append_marker(7, 0, marker(Abort, 3), 2_000).unwrap(), 6); // 5
+    assert_eq!(p.last_stable_offset(), 3, "producer 8's transaction is still open");
+    assert_eq!(p.append_marker(8, 0, marker(Commit, 3), 2_000).unwrap(), 7); // 6
+    assert_eq!(p.last_stable_offset(), 7);
+    assert_eq!(committed_read(&p, 0), (Some((0, 7)), 7, vec![(7, 1)]));
+    assert_eq!(committed_read(&p, 6), (Some((6, 7)), 7, vec![]), "the abort ended before offset 6");
+
+    // Refused markers write nothing: an older producer epoch, a replaced coordinator.
+    assert!(matches!(p.append_marker(8, -1, marker(Abort, 3), 2_000), Err(AppendError::InvalidProducerEpoch)));
+    assert!(matches!(p.append_marker(8, 0, marker(Abort, 2), 2_000), Err(AppendError::CoordinatorFenced)));
+    // A client may not write a marker itself.
+    let forged = crate::protocol::control::encode_marker_batch(8, 0, marker(Commit, 3), 2_000);
+    assert!(matches!(p.append(forged, 2_000), Err(AppendError::InvalidRecord(_))));
+    assert_eq!(p.log_end_offset(), 7);
+
+    // Another transaction is left open; a restart finds it, and the abort, again.
+    p.append(txn_batch(9, 0, 0, 1).into(), 2_000).unwrap(); // 7
+    let index = dir.path().join("00000000000000000000.txnindex");
+    assert_eq!(std::fs::read(&index).unwrap().len(), 34);
+    drop(p);
+    let p = open_with_segments(dir.path(), 2_000, 1 << 20);
+    assert_eq!((p.high_watermark(), p.last_stable_offset()), (8, 7));
+    assert_eq!(committed_read(&p, 0), (Some((0, 7)), 7, vec![(7, 1)]));
+    assert!(matches!(p.append_marker(8, 0, marker(Abort, 2), 2_000), Err(AppendError::CoordinatorFenced)), "coordinator epoch survives");
+    p.append_marker(9, 0, marker(Abort, 3), 2_000).unwrap(); // 8
+    assert_eq!(committed_read(&p, 0), (Some((0, 9)), 9, vec![(7, 1), (9, 7)]));
+
+    // An index entry lost with a killed process (marker written, index not) is re-added from
+    // the log on the next start.
+    drop(p);
+    std::fs::remove_file(&index).unwrap();
+    let p = open_with_segments(dir.path(), 2_000, 1 << 20);
+    assert_eq!(committed_read(&p, 0), (Some((0, 9)), 9, vec![(7, 1), (9, 7)]));
+    assert_eq!(std::fs::read(&index).unwrap().len(), 68);
+}
+
+#[test]
+fn a_follower_copies_markers_and_its_truncation_forgets_the_aborts_it_cut() {
+    use crate::protocol::control::MarkerKind::Abort;
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let leader = open_with_segments(a.path(), 2_000, 1 << 20);
+    let follower = open_with_segments(b.path(), 2_000, 1 << 20);
+    leader.become_leader(1, 3, 0, vec![1, 2], vec![1, 2], 2_000);
+    follower.become_follower(1, 3);
+    leader.append(txn_batch(7, 0, 0, 2).into(), 2_000).unwrap(); // 0-1
+    leader.append_marker(7, 0, marker(Abort, 0), 2_000).unwrap(); // 2
+    leader.append(txn_batch(7, 1, 0, 1).into(), 2_000).unwrap(); // 3
+    // The marker is not replicated yet: the leader's last stable offset waits for it.
+    assert_eq!((leader.high_watermark(), leader.last_stable_offset()), (0, 0));
+    catch_up(&follower, &leader);
+    assert!(leader.follower_fetched(2, 10, 4, 2_100));
+    assert_eq!((leader.high_watermark(), leader.last_stable_offset()), (4, 3));
+    follower.append_from_leader(Bytes::new(), leader.high_watermark()).unwrap();
+    assert_eq!(committed_read(&follower, 0), (Some((0, 3)), 3, vec![(7, 0)]), "the follower indexed the abort too");
+    follower.truncate_to(2, 2_000).unwrap();
+    assert_eq!(follower.last_stable_offset(), 0, "producer 7's transaction is open again");
+    assert!(!b.path().join("00000000000000000000.txnindex").exists());
+    catch_up(&follower, &leader);
+    follower.append_from_leader(Bytes::new(), leader.high_watermark()).unwrap();
+    assert_eq!(committed_read(&follower, 0), (Some((0, 3)), 3, vec![(7, 0)]));
+}

@@ -198,8 +198,9 @@ impl ProducerStateTable {
     }
 
     /// Remembers a batch that is now in the log (its header carries the assigned base offset).
+    /// Control batches are not records: they go to [`ProducerStateTable::record_marker`].
     pub fn record(&mut self, h: &BatchHeader) {
-        if h.producer_id == NO_PRODUCER_ID {
+        if h.producer_id == NO_PRODUCER_ID || h.is_control() {
             return;
         }
         let entry = self.producers.entry(h.producer_id).or_default();
