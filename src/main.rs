@@ -223,6 +223,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     }
     let retention = tokio::spawn(broker::retention::run(broker.clone()));
     let groups = tokio::spawn(sluice::group::driver::run(broker.clone()));
+    let txns = tokio::spawn(sluice::txn::driver::run(broker.clone()));
     let cleaner = tokio::spawn(broker::cleaner::run(broker.clone()));
     let lifecycle = broker.cluster().map(|view| {
         let listeners = broker
@@ -279,6 +280,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     }
     retention.abort();
     groups.abort();
+    txns.abort();
     cleaner.abort();
     sampler.abort();
     if let Some(m) = metrics_server {

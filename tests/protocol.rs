@@ -210,43 +210,6 @@ fn idempotent_retry_is_deduplicated_and_gaps_are_refused() {
 }
 
 #[test]
-fn init_producer_id_refuses_an_empty_transactional_id_and_does_not_support_named_ones() {
-    let b = Broker::start(&[]);
-    let mut c = b.connect();
-    let call = |c: &mut common::Client, id: Option<&str>| {
-        let req = InitProducerIdRequest::default()
-            .with_transactional_id(id.map(|s| TransactionalId(StrBytes::from_string(s.to_string()))))
-            .with_transaction_timeout_ms(60000);
-        let r = c.call(&req, 4);
-        (r.error_code, r.producer_id.0, r.producer_epoch)
-    };
-    assert_eq!(call(&mut c, Some("")), (ResponseError::InvalidRequest.code(), -1, -1));
-    // no transactions yet: an error clients do not retry
-    assert_eq!(call(&mut c, Some("app-1")), (ResponseError::UnsupportedVersion.code(), -1, -1));
-    let (code, id, epoch) = call(&mut c, None);
-    assert_eq!((code, epoch), (0, 0));
-    assert!(id >= 0, "producer id {id}");
-}
-
-#[test]
-fn a_transaction_coordinator_lookup_is_refused_with_an_error_clients_do_not_retry() {
-    let b = Broker::start(&[]);
-    let mut c = b.connect();
-    let key = || StrBytes::from_static_str("app-1");
-    let v3 = c.call(&FindCoordinatorRequest::default().with_key(key()).with_key_type(1), 3);
-    assert_eq!((v3.error_code, v3.node_id.0), (ResponseError::UnsupportedVersion.code(), -1));
-    let message = v3.error_message.as_deref().map(|m| m.to_string()).unwrap_or_default();
-    assert!(message.contains("does not support transactions"), "message {message:?}");
-    let v4 = c.call(&FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![key()]), 4);
-    let one = &v4.coordinators[0];
-    assert_eq!((one.error_code, one.node_id.0, one.key.as_str()), (ResponseError::UnsupportedVersion.code(), -1, "app-1"));
-    assert_eq!(one.error_message.as_deref().map(|m| m.to_string()), Some(message));
-    // groups are still coordinated here
-    let group = c.call(&FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![key()]), 4);
-    assert_eq!(group.coordinators[0].error_code, 0);
-}
-
-#[test]
 fn acl_apis_say_security_is_disabled_and_elections_are_not_needed_in_kafkas_words() {
     let b = Broker::start(&[]);
     let mut c = b.connect();

@@ -22,6 +22,7 @@ pub mod metadata;
 pub mod produce;
 pub mod producer_id;
 pub mod topics;
+pub mod txn;
 pub mod versions;
 
 use std::sync::Arc;
@@ -138,6 +139,8 @@ pub fn decode_request(api_key: ApiKey, version: i16, mut body: Bytes) -> Result<
         Fetch => FetchRequest,
         ListOffsets => ListOffsetsRequest,
         InitProducerId => InitProducerIdRequest,
+        AddPartitionsToTxn => AddPartitionsToTxnRequest,
+        EndTxn => EndTxnRequest,
         CreateTopics => CreateTopicsRequest,
         DeleteTopics => DeleteTopicsRequest,
         CreatePartitions => CreatePartitionsRequest,
@@ -211,6 +214,8 @@ pub async fn dispatch(ctx: RequestContext, api_key: ApiKey, mut body: Bytes) -> 
         },
         ApiKey::ListOffsets => handle_with!(ctx, body, ListOffsetsRequest, list_offsets::handle),
         ApiKey::InitProducerId => handle_with!(ctx, body, InitProducerIdRequest, producer_id::handle),
+        ApiKey::AddPartitionsToTxn => handle_with!(ctx, body, AddPartitionsToTxnRequest, txn::add_partitions_to_txn),
+        ApiKey::EndTxn => handle_with!(ctx, body, EndTxnRequest, txn::end_txn),
         ApiKey::CreateTopics => handle_with!(ctx, body, CreateTopicsRequest, topics::create_topics),
         ApiKey::DeleteTopics => handle_with!(ctx, body, DeleteTopicsRequest, topics::delete_topics),
         ApiKey::CreatePartitions => handle_with!(ctx, body, CreatePartitionsRequest, topics::create_partitions),

@@ -164,11 +164,24 @@ impl Written {
     }
 }
 
+/// A transactional batch must come with its producer's transactional id and go to a partition
+/// of its ongoing transaction ([`super::txn::verify_produce`]); the error if it does not.
+fn check_transactional(ctx: &RequestContext, transactional_id: Option<&str>, topic: &str, partition: i32, records: Option<&[u8]>) -> Option<(ResponseError, String)> {
+    let header = crate::protocol::record_batch::BatchHeader::parse(records?).ok()?;
+    if !header.is_transactional() {
+        return None;
+    }
+    let Some(id) = transactional_id else {
+        return Some((ResponseError::InvalidTxnState, "a transactional record batch needs its producer's transactional id".into()));
+    };
+    super::txn::verify_produce(ctx, id, header.producer_id, header.producer_epoch, topic, partition).err()
+}
+
 /// Appends every partition's batches; see the module docs.
 pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
     let broker = &ctx.broker;
     let acks_valid = matches!(req.acks, -1..=1);
-    let transactional = req.transactional_id.is_some();
+    let transactional_id = req.transactional_id.as_ref().map(|id| id.to_string());
     let now = broker.now_ms();
     let sync = req.acks == -1;
     let mut to_sync = Vec::new();
@@ -204,8 +217,8 @@ pub fn append(ctx: &RequestContext, req: ProduceRequest) -> Written {
                 }
             } else if !acks_valid {
                 Err((ResponseError::InvalidRequiredAcks, String::new()))
-            } else if transactional {
-                Err((ResponseError::InvalidTxnState, "transactions are not supported yet".to_string()))
+            } else if let Some(e) = check_transactional(ctx, transactional_id.as_deref(), &name, pd.index, pd.records.as_deref()) {
+                Err(e)
             } else if let Some(p) = partition.as_ref().filter(|p| sync && !p.has_min_isr()) {
                 Err((
                     ResponseError::NotEnoughReplicas,

@@ -1,10 +1,8 @@
 //! InitProducerId for idempotent producers: a fresh producer id at epoch 0 per call (on a single
 //! node from the local allocator, in a cluster from blocks the controller allocates); and
 //! DescribeProducers, the producers a partition keeps sequence state for.
-//! Transactional ids need the transaction coordinator, which sluice does not have yet; such
-//! requests get UNSUPPORTED_VERSION, which clients do not retry (as for a FindCoordinator of a
-//! transaction coordinator, see `group`). An empty (non-null) transactional id is malformed, and
-//! gets INVALID_REQUEST as from Kafka.
+//! A transactional id goes to the transaction coordinator ([`super::txn`]). An empty
+//! (non-null) transactional id is malformed, and gets INVALID_REQUEST as from Kafka.
 
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{
@@ -17,10 +15,10 @@ use crate::broker::error_chain;
 
 pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
-    match req.transactional_id.as_ref().map(|id| id.is_empty()) {
+    match req.transactional_id.as_ref().map(|id| id.to_string()) {
         None => {}
-        Some(true) => return resp.with_error_code(ResponseError::InvalidRequest.code()),
-        Some(false) => return resp.with_error_code(ResponseError::UnsupportedVersion.code()),
+        Some(id) if id.is_empty() => return resp.with_error_code(ResponseError::InvalidRequest.code()),
+        Some(id) => return super::txn::init_producer_id(ctx, req, &id).await,
     }
     if let Some(view) = ctx.broker.cluster() {
         // In a cluster the ids come in blocks from the controller. Without a block (no active
@@ -45,9 +43,9 @@ pub async fn handle(ctx: &RequestContext, req: InitProducerIdRequest) -> InitPro
     }
 }
 
-/// Each partition's producers with their epoch, last sequence and last timestamp, as Kafka's
-/// `kafka-transactions.sh describe-producers` shows them. Without transactions, the coordinator
-/// epoch and the current transaction's start offset are always -1. A partition this node does
+/// Each partition's producers with their epoch, last sequence, last timestamp, the coordinator
+/// epoch of their last marker and the start offset of their open transaction (-1 for none), as
+/// Kafka's `kafka-transactions.sh describe-producers` shows them. A partition this node does
 /// not have is UNKNOWN_TOPIC_OR_PARTITION; in a cluster, one it does not lead is
 /// NOT_LEADER_OR_FOLLOWER.
 pub async fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequest) -> DescribeProducersResponse {
@@ -79,8 +77,8 @@ pub async fn describe_producers(ctx: &RequestContext, req: DescribeProducersRequ
                                 .with_producer_epoch(a.epoch.into())
                                 .with_last_sequence(a.last_sequence)
                                 .with_last_timestamp(a.last_timestamp)
-                                .with_coordinator_epoch(-1)
-                                .with_current_txn_start_offset(-1)
+                                .with_coordinator_epoch(a.coordinator_epoch)
+                                .with_current_txn_start_offset(a.txn_start_offset)
                         })
                         .collect();
                     r.with_active_producers(producers)

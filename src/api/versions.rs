@@ -43,6 +43,9 @@ pub const SUPPORTED: &[Supported] = &[
     s(ApiKey::DeleteRecords, 0, 2),
     s(ApiKey::InitProducerId, 0, 5),
     s(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    // v4+ is the brokers' batched verification; EndTxn v5 is transactions v2 (not yet served).
+    s(ApiKey::AddPartitionsToTxn, 0, 3),
+    s(ApiKey::EndTxn, 0, 4),
     s(ApiKey::DescribeAcls, 1, 3),
     s(ApiKey::CreateAcls, 1, 3),
     s(ApiKey::DeleteAcls, 1, 3),

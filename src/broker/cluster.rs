@@ -331,6 +331,11 @@ pub async fn run(broker: Arc<Broker>) {
                     let leaders = offsets.partitions.iter().map(|(i, p)| (*i, (p.leader, p.leader_epoch))).collect();
                     b.groups().follow_leadership(&b, &leaders);
                 }
+                // Likewise the transactional ids of the __transaction_state partitions.
+                if let Some(state) = image.topic(crate::txn::STATE_TOPIC) {
+                    let leaders = state.partitions.iter().map(|(i, p)| (*i, (p.leader, p.leader_epoch))).collect();
+                    b.txns().follow_leadership(&b, &leaders);
+                }
                 follow
             })
             .await

@@ -61,6 +61,8 @@ pub enum BrokerError {
     IoBackend(#[source] std::io::Error),
     #[error("starting the group coordinator")]
     Groups(#[from] crate::group::GroupError),
+    #[error("starting the transaction coordinator")]
+    Txns(#[from] crate::txn::TxnError),
     #[error(transparent)]
     KafkaImport(#[from] kafka_import::ImportError),
 }
@@ -127,6 +129,8 @@ pub struct Broker {
     advertised: RwLock<Vec<Endpoint>>,
     /// The group coordinator (consumer groups and committed offsets).
     groups: Arc<crate::group::Groups>,
+    /// The transaction coordinator.
+    txns: crate::txn::Txns,
     /// Log start offsets read from `log-start-offset-checkpoint` at startup, applied as
     /// partitions open (DeleteRecords must survive a restart).
     start_offsets: Mutex<HashMap<(String, i32), i64>>,
@@ -207,6 +211,7 @@ impl Broker {
         let mut producer_ids = ProducerIdAllocator::open(&first)?;
         kafka_import::import(&config.metadata_log_dir, &first, config.node_id, &mut topic_configs, &mut broker_configs, &mut producer_ids)?;
         let group_config = crate::group::GroupConfig::from_raw(&config.raw).map_err(crate::group::GroupError::from)?;
+        let txn_config = crate::txn::config::TxnConfig::from_raw(&config.raw).map_err(crate::txn::TxnError::from)?;
         let broker = Broker {
             node_id: config.node_id,
             cluster_id,
@@ -218,6 +223,7 @@ impl Broker {
             producer_ids: Mutex::new(producer_ids),
             advertised: RwLock::new(Vec::new()),
             groups: Arc::new(crate::group::Groups::new(group_config)),
+            txns: crate::txn::Txns::new(txn_config),
             start_offsets: Mutex::new(HashMap::new()),
             high_watermarks: Mutex::new(HashMap::new()),
             checkpoint_lock: Mutex::new(()),
@@ -824,6 +830,10 @@ impl Broker {
 
     pub fn groups(&self) -> &crate::group::Groups {
         &self.groups
+    }
+
+    pub fn txns(&self) -> &crate::txn::Txns {
+        &self.txns
     }
 }
 

@@ -58,7 +58,7 @@ impl Default for GroupConfig {
     }
 }
 
-fn get(raw: &BTreeMap<String, String>, key: &str, default: i64, min: i64, max: i64) -> Result<i64, ConfigError> {
+pub(crate) fn get(raw: &BTreeMap<String, String>, key: &str, default: i64, min: i64, max: i64) -> Result<i64, ConfigError> {
     let Some(v) = raw.get(key) else { return Ok(default) };
     match v.trim().parse::<i64>() {
         Ok(n) if n >= min && n <= max => Ok(n),

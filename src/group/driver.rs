@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use kafka_protocol::ResponseError;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -88,22 +88,15 @@ impl Groups {
     /// (or led in a new epoch) has its groups replayed from its log; one no longer led has its
     /// groups dropped.
     pub fn follow_leadership(&self, broker: &Broker, leaders: &BTreeMap<i32, (i32, i32)>) {
-        let me = broker.node_id;
         let partitions = leaders.len() as i32;
         let mut led = self.led.lock().clone();
-        for (&p, &(leader, epoch)) in leaders {
-            let mine = leader == me;
-            match (mine, led.get(&p)) {
-                (true, Some(e)) if *e == epoch => continue,
-                (false, None) => continue,
-                _ => {}
-            }
+        for (p, now_led) in leadership_changes(&led, leaders, broker.node_id) {
             let dropped = self.inner.lock().core.unload(|group| partition_for(group, partitions) == p);
-            if !mine {
+            let Some(epoch) = now_led else {
                 led.remove(&p);
                 tracing::info!(partition = p, groups = dropped, "no longer the coordinator of this __consumer_offsets partition");
                 continue;
-            }
+            };
             let Some(partition) = broker.topic(OFFSETS_TOPIC).and_then(|t| t.partition(p).cloned()) else { continue };
             let started = std::time::Instant::now();
             match self.replay(broker, &partition, partition.log_end_offset()) {
@@ -372,42 +365,37 @@ impl Groups {
         let now = broker.now_ms();
         let mut count = 0usize;
         let mut inner = self.inner.lock();
-        let mut offset = partition.log_start_offset();
-        while offset < end {
-            let read = partition
-                .read_to(offset, 1 << 20, end)
-                .map_err(|source| GroupError::Read { partition: partition.index, offset, source })?;
-            let mut buf = read.records.clone();
-            let mut next = offset;
-            while !buf.is_empty() {
-                let set = match RecordBatchDecoder::decode(&mut buf) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(partition = partition.index, offset = next, error = %e, "undecodable batch in __consumer_offsets; skipping the rest of this read");
-                        break;
+        partition
+            .for_each_keyed_record(end, |offset, key, value| {
+                match CoordinatorRecord::decode(key, value, &|id| broker.topic_name_of(id)) {
+                    Ok(Some(r)) => {
+                        inner.core.replay(r, now);
+                        count += 1;
                     }
-                };
-                for rec in set.records {
-                    next = next.max(rec.offset + 1);
-                    let Some(key) = rec.key.as_ref() else { continue };
-                    match CoordinatorRecord::decode(key, rec.value.as_deref(), &|id| broker.topic_name_of(id)) {
-                        Ok(Some(r)) => {
-                            inner.core.replay(r, now);
-                            count += 1;
-                        }
-                        Ok(None) => {}
-                        Err(e) => tracing::warn!(partition = partition.index, offset = rec.offset, error = %e, "skipping undecodable __consumer_offsets record"),
-                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(partition = partition.index, offset, error = %e, "skipping undecodable __consumer_offsets record"),
                 }
-            }
-            if next <= offset {
-                break;
-            }
-            offset = next;
-        }
+            })
+            .map_err(|(offset, source)| GroupError::Read { partition: partition.index, offset, source })?;
         let _ = inner.core.drain();
         Ok(count)
     }
+}
+
+/// What a coordinator must do as the leaders of its topic's partitions change: `led` is what it
+/// has loaded (partition -> leader epoch), `leaders` each partition's `(leader, leader epoch)`.
+/// Returns, in partition order, each partition to drop and reload in a new epoch
+/// (`Some(epoch)`: led here now) or only to drop (`None`: no longer led here).
+pub(crate) fn leadership_changes(led: &BTreeMap<i32, i32>, leaders: &BTreeMap<i32, (i32, i32)>, me: i32) -> Vec<(i32, Option<i32>)> {
+    leaders
+        .iter()
+        .filter_map(|(&p, &(leader, epoch))| match (leader == me, led.get(&p)) {
+            (true, Some(e)) if *e == epoch => None,
+            (false, None) => None,
+            (true, _) => Some((p, Some(epoch))),
+            (false, Some(_)) => Some((p, None)),
+        })
+        .collect()
 }
 
 /// How long a coordinator write may take to be replicated before the request fails (Kafka's
@@ -506,5 +494,18 @@ pub async fn run(broker: Arc<Broker>) {
             }
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coordinator_reloads_partitions_newly_led_or_in_a_new_epoch_and_drops_lost_ones() {
+        let led = BTreeMap::from([(0, 3), (1, 5), (2, 1)]);
+        // 0: still led in epoch 3; 1: led in a new epoch; 2: moved away; 3: newly led; 4: not ours.
+        let leaders = BTreeMap::from([(0, (1, 3)), (1, (1, 6)), (2, (2, 2)), (3, (1, 0)), (4, (3, 9))]);
+        assert_eq!(leadership_changes(&led, &leaders, 1), vec![(1, Some(6)), (2, None), (3, Some(0))]);
     }
 }

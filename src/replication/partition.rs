@@ -671,11 +671,6 @@ impl Partition {
         Ok((read, lso, aborted))
     }
 
-    /// The first offset of `producer_id`'s open transaction here (DescribeProducers).
-    pub fn txn_first_offset(&self, producer_id: i64) -> Option<i64> {
-        self.state.lock().producers.txn_first_offset(producer_id)
-    }
-
     /// Kafka's check of a compacted topic: every record needs a key. Refused records are
     /// reported one by one (KIP-467), in Kafka's words; the first [`MAX_RECORD_ERRORS`] of them,
     /// so that a batch of many small keyless records cannot make the broker build a response
@@ -752,6 +747,38 @@ impl Partition {
         let st = self.state.lock();
         let end = end.min(st.log.log_end_offset());
         st.log.read(offset, max_bytes, end, true)
+    }
+
+    /// Calls `f(offset, key, value)` for every keyed record from the log start up to `end`, in
+    /// offset order: a coordinator replaying its partition. An undecodable batch is logged and
+    /// ends that read (the records after it in the same read are skipped).
+    pub fn for_each_keyed_record(&self, end: i64, mut f: impl FnMut(i64, &[u8], Option<&[u8]>)) -> Result<(), (i64, LogError)> {
+        let mut offset = self.log_start_offset();
+        while offset < end {
+            let read = self.read_to(offset, 1 << 20, end).map_err(|e| (offset, e))?;
+            let mut buf = read.records.clone();
+            let mut next = offset;
+            while !buf.is_empty() {
+                let set = match kafka_protocol::records::RecordBatchDecoder::decode(&mut buf) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(partition = ?self, offset = next, error = %e, "undecodable batch; skipping the rest of this read");
+                        break;
+                    }
+                };
+                for rec in set.records {
+                    next = next.max(rec.offset + 1);
+                    if let Some(key) = rec.key.as_ref() {
+                        f(rec.offset, key, rec.value.as_deref());
+                    }
+                }
+            }
+            if next <= offset {
+                break;
+            }
+            offset = next;
+        }
+        Ok(())
     }
 
     /// Like [`Partition::read`], as a range of a segment file (see [`PartitionLog::read_slice`]).

@@ -519,8 +519,11 @@ fn marker(kind: crate::protocol::control::MarkerKind, coordinator_epoch: i32) ->
     EndMarker { kind, coordinator_epoch }
 }
 
-/// `(first offset, next offset, aborted (producer, first offset))` of a read_committed read.
-fn committed_read(p: &Partition, offset: i64) -> (Option<(i64, i64)>, i64, Vec<(i64, i64)>) {
+/// A read_committed read: `(first offset, next offset)` of what it returns, the last stable
+/// offset, and the aborted transactions `(producer, first offset)`.
+type CommittedRead = (Option<(i64, i64)>, i64, Vec<(i64, i64)>);
+
+fn committed_read(p: &Partition, offset: i64) -> CommittedRead {
     let (read, lso, aborted) = p.read_slice_committed(offset, 1 << 20, true).unwrap();
     (read.map(|r| (r.first_offset, r.next_offset)), lso, aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect())
 }

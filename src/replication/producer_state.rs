@@ -132,6 +132,10 @@ pub struct ActiveProducer {
     /// Sequence of the last record of its last batch (-1 without one, as in Kafka).
     pub last_sequence: i32,
     pub last_timestamp: i64,
+    /// The coordinator epoch of its last marker (-1 before any).
+    pub coordinator_epoch: i32,
+    /// The first offset of its open transaction here (-1 if none).
+    pub txn_start_offset: i64,
 }
 
 /// All producers' state for one partition.
@@ -290,6 +294,8 @@ impl ProducerStateTable {
                 epoch: e.epoch,
                 last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
                 last_timestamp: e.last_timestamp,
+                coordinator_epoch: e.coordinator_epoch,
+                txn_start_offset: e.txn_first_offset.unwrap_or(-1),
             })
             .collect();
         out.sort_unstable_by_key(|p| p.producer_id);

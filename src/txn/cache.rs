@@ -64,6 +64,28 @@ impl TxnCache {
         self.txns.get_mut(transactional_id)
     }
 
+    /// Adds an id seen for the first time (kept if it is there already); returns it.
+    pub fn get_or_insert(&mut self, m: TxnMetadata) -> &mut TxnMetadata {
+        self.txns.entry(m.transactional_id.clone()).or_insert(m)
+    }
+
+    /// Drops the ids `which` selects (their partition is no longer led here); returns how many.
+    pub fn unload(&mut self, which: impl Fn(&str) -> bool) -> usize {
+        let before = self.txns.len();
+        self.txns.retain(|id, _| !which(id));
+        before - self.txns.len()
+    }
+
+    /// Forgets an id (its tombstone is written).
+    pub fn remove(&mut self, transactional_id: &str) -> Option<TxnMetadata> {
+        self.txns.remove(transactional_id)
+    }
+
+    /// Every id, in no particular order (admin listings).
+    pub fn iter(&self) -> impl Iterator<Item = &TxnMetadata> {
+        self.txns.values()
+    }
+
     pub fn len(&self) -> usize {
         self.txns.len()
     }

@@ -3,9 +3,10 @@
 //!
 //! Handlers translate between kafka-protocol's versioned structs and [`crate::group`]'s core
 //! types; every group-level outcome is an error code in the response, never a closed connection.
-//! This node coordinates every group (single-node cluster), so FindCoordinator always names it.
-//! It coordinates no transactions: sluice has no transaction coordinator yet, and a lookup of
-//! one gets UNSUPPORTED_VERSION with [`NO_TRANSACTIONS`] as its message. That error is not
+//! A group's coordinator is the leader of its `__consumer_offsets` partition, a transactional
+//! id's the leader of its `__transaction_state` partition. Transactions are served only while
+//! a broker is the only one of its cluster (see `txn::driver`, "Scope"); otherwise a lookup of
+//! their coordinator gets UNSUPPORTED_VERSION with [`NO_TRANSACTIONS`] as its message. That error is not
 //! retriable, so a transactional producer fails at once and says why (the Java client: "Could not
 //! find a coordinator with type TRANSACTION ... due to unexpected error: <message>") instead of
 //! retrying COORDINATOR_NOT_AVAILABLE until its `max.block.ms` runs out.
@@ -91,23 +92,25 @@ pub(crate) async fn ensure_offsets_topic(ctx: &RequestContext) {
 }
 
 /// What a lookup of a transaction coordinator is told.
-pub(crate) const NO_TRANSACTIONS: &str = "sluice does not support transactions yet: it has no transaction coordinator";
+pub(crate) const NO_TRANSACTIONS: &str = "sluice does not support transactions in a cluster of several brokers yet: only a single node coordinates them";
 
-/// Key types: 0 = GROUP, 2 = SHARE (served by this node), 1 = TRANSACTION (refused).
+/// Key types: 0 = GROUP, 1 = TRANSACTION (refused in a cluster), 2 = SHARE.
 fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordinator_response::Coordinator {
     let c = find_coordinator_response::Coordinator::default().with_key(str_bytes(key)).with_node_id(BrokerId(-1)).with_port(-1);
     if !(0..=2).contains(&key_type) {
         return c.with_error_code(ResponseError::InvalidRequest.code()).with_error_message(Some(str_bytes(&format!("Unknown key type {key_type}"))));
     }
-    if key_type == 1 {
+    if key_type == 1 && !super::txn::serves_transactions(ctx) {
         return c.with_error_code(ResponseError::UnsupportedVersion.code()).with_error_message(Some(str_bytes(NO_TRANSACTIONS)));
     }
     if let Some(e) = not_loaded(ctx) {
         return c.with_error_code(e.code());
     }
     if ctx.broker.cluster().is_some() {
-        // The broker leading the key's `__consumer_offsets` partition coordinates it.
-        let leader = ctx.broker.topic_info(crate::group::OFFSETS_TOPIC).and_then(|t| {
+        // The broker leading the key's `__consumer_offsets` (or `__transaction_state`) partition
+        // coordinates it.
+        let topic = if key_type == 1 { crate::txn::STATE_TOPIC } else { crate::group::OFFSETS_TOPIC };
+        let leader = ctx.broker.topic_info(topic).and_then(|t| {
             let p = crate::group::partition_for(key, t.partitions.len() as i32);
             t.partitions.iter().find(|x| x.index == p).map(|x| x.leader)
         });
@@ -125,6 +128,9 @@ fn coordinator_for(ctx: &RequestContext, key: &str, key_type: i8) -> find_coordi
 pub async fn find_coordinator(ctx: &RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
     if req.key_type == 0 {
         ensure_offsets_topic(ctx).await;
+    }
+    if req.key_type == 1 {
+        super::txn::ensure_state_topic(ctx).await;
     }
     if ctx.api_version >= 4 {
         let coordinators = req.coordinator_keys.iter().map(|k| coordinator_for(ctx, k, req.key_type)).collect();
