@@ -4,7 +4,8 @@
 #   compat/run.sh [--target sluice|kafka] [--nodes N] [--bootstrap HOST:PORT,...] [--log-dir DIR]
 #                 [--clients a,b] [--timeout SECS] [-j N] [--write-matrix]
 #
-#   --target       sluice (default) or kafka; only for sluice are compat/expected-failures.txt applied
+#   --target       sluice (default) or kafka; only for sluice are compat/expected-failures.txt
+#                  applied (and, with --nodes above 1, compat/expected-failures-cluster.txt too)
 #   --nodes        1 (default), or a cluster of N nodes: `sluice dev-cluster N`, or N Kafka nodes
 #                  each broker and controller (kafka-ref.sh --voters)
 #   --bootstrap    use a running broker; otherwise the runner starts one in a temp dir:
@@ -340,7 +341,8 @@ for p in "${PIDS[@]}"; do wait "$p"; done
 run_failover
 cat "$RES"/*.tsv >"$TMP/all.tsv" 2>/dev/null
 WALL=$((SECONDS - START))
-MARGS=(--target "$TARGET" --results "$TMP/all.tsv" --expected "$HERE/expected-failures.txt" --wall "$WALL" --err-dir "$RES")
+MARGS=(--target "$TARGET" --results "$TMP/all.tsv" --expected "$HERE/expected-failures.txt"
+       --expected-cluster "$HERE/expected-failures-cluster.txt" --nodes "$NODES" --wall "$WALL" --err-dir "$RES")
 SUFFIX=""; (( NODES > 1 )) && SUFFIX="-cluster"
 (( WRITE )) && MARGS+=(--write "$HERE/results/$TARGET$SUFFIX.tsv" --matrix "$HERE/MATRIX.md")
 python3 "$HERE/matrix.py" "${MARGS[@]}" | tee "$TMP/matrix.out"

@@ -269,6 +269,43 @@ def leader_failover(bs):
     return failover.run(create, leader_and_isr, produce_keys, consume)
 
 
+def transactions(bs):
+    """A transactional producer: commit 10 records over 2 partitions, abort 5, commit 1; a
+    read_committed consumer (librdkafka's default) sees the 11 committed, a read_uncommitted
+    one all 16."""
+    t = topic("txn")
+    create_topic(admin(bs), t, 2)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "compat-confluent-txn-" + RUN, "linger.ms": 5, **QUIET})
+    p.init_transactions(20)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(t, key=b"k%d" % i, value=b"committed-%d" % i, partition=i % 2)
+    p.commit_transaction(20)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(t, key=b"k%d" % i, value=b"aborted-%d" % i, partition=i % 2)
+    check(p.flush(20) == 0, "aborted records not delivered before the abort")
+    p.abort_transaction(20)
+    p.begin_transaction()
+    p.produce(t, key=b"k-last", value=b"committed-last", partition=0)
+    p.commit_transaction(20)
+
+    def read(isolation, n):
+        c = Consumer({"bootstrap.servers": bs, "group.id": "compat-confluent-txn-" + RUN, "enable.auto.commit": False,
+                      "isolation.level": isolation, **QUIET})
+        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for p in range(2)])
+        got = poll(c, n, 20)
+        # Anything past what is wanted would show up now.
+        got += poll(c, 1, 2)
+        c.close()
+        return [r["value"].decode() for r in got]
+    committed = read("read_committed", 11)
+    check(len(committed) == 11 and all(v.startswith("committed-") for v in committed), "read_committed read %s" % committed)
+    everything = read("read_uncommitted", 16)
+    check(len(everything) == 16 and sum(v.startswith("aborted-") for v in everything) == 5, "read_uncommitted read %s" % everything)
+    return "init_transactions, commit 10 + abort 5 + commit 1 on 2 partitions; read_committed sees the 11 committed, read_uncommitted all 16"
+
+
 if __name__ == "__main__":
     main(CLIENT, OrderedDict([
         ("produce-consume-assign", produce_consume),
@@ -276,5 +313,6 @@ if __name__ == "__main__":
         ("subscribe-group", subscribe_group),
         ("consumer-protocol-group", consumer_protocol_group),
         ("admin", admin_ops),
+        ("transactions", transactions),
         ("leader-failover", leader_failover),
     ]))

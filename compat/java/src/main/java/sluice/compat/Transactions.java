@@ -13,9 +13,9 @@ import static sluice.compat.Main.*;
 
 /**
  * A transactional producer (initTransactions, a committed and an aborted transaction) and
- * consumers reading with read_committed and read_uncommitted. sluice has no transactions yet,
- * so this scenario is an expected failure there (compat/expected-failures.txt); what it checks
- * on sluice is that the failure is quick and says why, rather than a minute of retries.
+ * consumers reading with read_committed and read_uncommitted. On a sluice cluster of several
+ * brokers transactions are not served yet, so there this scenario is an expected failure
+ * (compat/expected-failures-cluster.txt) that must fail quickly and say why.
  */
 final class Transactions {
     private Transactions() {}
